@@ -244,6 +244,7 @@ class TenantConfig(_Section):
     requests_per_s: float = Field(20.0, gt=0)
     burst: int = Field(40, ge=1)
     tokens_per_s: float = Field(20000.0, gt=0)
+    token_burst: int = Field(40000, ge=1)  # bucket size for tokens; a larger request is clamped to it
 
 
 class LimitsConfig(_Section):
@@ -261,6 +262,24 @@ class AdmissionConfig(_Section):
     queue_size: int = Field(64, ge=1)
     slo_ttft_p95_ms: float = Field(2000.0, gt=0)
     slo_queue_wait_ms: float = Field(500.0, gt=0)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_timeout_s: float = Field(0.25, gt=0)
+    key_prefix: str = "ragbudget:rl:"
+    window_s: float = Field(30.0, gt=0)  # sliding window for queue-wait / TTFT P95
+    min_samples: int = Field(5, ge=1)  # fewer samples in the window: level 0
+    # ratio of measured P95 to SLO at which levels 1..5 start (ascending)
+    thresholds: list[float] = [1.0, 1.25, 1.5, 2.0, 3.0]
+    batch_share: float = Field(0.25, gt=0, le=1)  # share of concurrency slots batch work may hold
+    batch_reject_level: int = Field(3, ge=1, le=5)  # batch work is shed from this level on
+    queue_timeout_s: float = Field(10.0, gt=0)  # waiting longer in the queue → 429
+    reject_retry_after_s: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _thresholds_ascending(self) -> "AdmissionConfig":
+        t = self.thresholds
+        if len(t) != 5 or any(b < a for a, b in zip(t, t[1:])) or t[0] <= 0:
+            raise ValueError(f"admission.thresholds must be 5 ascending positive ratios, got {t}")
+        return self
 
 
 class ServiceConfig(_Section):
@@ -269,6 +288,9 @@ class ServiceConfig(_Section):
     workers: int = Field(1, ge=1)
     auth: bool = False
     document_root: str = "."
+    api_keys_env: str = "RAGBUDGET_API_KEYS"  # "key:tenant,key2:tenant2" adds keys from the environment
+    batch_dir: str = ".ragbudget/batches"
+    max_batch_lines: int = Field(10000, ge=1)
     tenants: list[TenantConfig] = [TenantConfig(name="default")]
     limits: LimitsConfig = LimitsConfig()
     admission: AdmissionConfig = AdmissionConfig()

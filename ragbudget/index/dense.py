@@ -1,0 +1,71 @@
+"""FAISS dense index over normalised vectors: exact inner product (flat) by default, HNSW or IVF.
+
+The float32 vectors are the source of truth (kept so unchanged chunks never need re-embedding); the
+FAISS structure is rebuilt from them whenever the row set changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from ..config import FaissConfig
+
+IVF_MIN_POINTS_PER_LIST = 39  # FAISS warns below this many training points per centroid
+
+
+class DenseIndex:
+    """Rows of vectors searched by inner product; ``search`` returns (row, score) pairs."""
+
+    def __init__(self, dim: int, config: FaissConfig, vectors: np.ndarray | None = None) -> None:
+        self.dim = dim
+        self.config = config
+        self.vectors = np.zeros((0, dim), np.float32) if vectors is None else np.ascontiguousarray(vectors, np.float32)
+        self.kind = config.kind
+        self.notes: list[str] = []
+        self._index: faiss.Index | None = None
+        self.rebuild()
+
+    def __len__(self) -> int:
+        return int(self.vectors.shape[0])
+
+    def rebuild(self, vectors: np.ndarray | None = None) -> None:
+        """(Re)build the FAISS structure from ``vectors`` (default: the current rows)."""
+        if vectors is not None:
+            self.vectors = np.ascontiguousarray(vectors, np.float32).reshape(-1, self.dim)
+        n, cfg = len(self), self.config
+        self.kind, self.notes = cfg.kind, []
+        if cfg.kind == "hnsw":
+            index = faiss.IndexHNSWFlat(self.dim, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efSearch = cfg.hnsw_ef_search
+        elif cfg.kind == "ivf" and n >= cfg.ivf_nlist * IVF_MIN_POINTS_PER_LIST:
+            quantizer = faiss.IndexFlatIP(self.dim)
+            index = faiss.IndexIVFFlat(quantizer, self.dim, cfg.ivf_nlist, faiss.METRIC_INNER_PRODUCT)
+            index.train(self.vectors)
+            index.nprobe = cfg.ivf_nprobe
+            index._quantizer_ref = quantizer  # keep the quantizer alive alongside the index
+        else:
+            if cfg.kind == "ivf":
+                self.notes.append(f"ivf needs ≥ {cfg.ivf_nlist * IVF_MIN_POINTS_PER_LIST} vectors to train "
+                                  f"{cfg.ivf_nlist} lists, got {n}; using exact flat search")
+                self.kind = "flat"
+            index = faiss.IndexFlatIP(self.dim)
+        if n:
+            index.add(self.vectors)
+        self._index = index
+
+    def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        if not len(self) or k <= 0:
+            return []
+        q = np.ascontiguousarray(query, np.float32).reshape(1, self.dim)
+        scores, rows = self._index.search(q, min(k, len(self)))  # type: ignore[union-attr]
+        return [(int(r), float(s)) for r, s in zip(rows[0], scores[0]) if r >= 0]
+
+    def save(self, folder: Path) -> None:
+        np.save(folder / "vectors.npy", self.vectors)
+
+    @classmethod
+    def load(cls, folder: Path, dim: int, config: FaissConfig) -> "DenseIndex":
+        return cls(dim, config, np.load(folder / "vectors.npy"))

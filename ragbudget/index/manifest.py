@@ -1,0 +1,69 @@
+"""Index manifest: what an index was built with, checked on load."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import IndexError_, IndexMismatchError
+
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+
+
+def content_version(chunk_ids: Iterable[str]) -> str:
+    """Hash of the sorted chunk ids: equal content ⇔ equal version (used by caches as the index version)."""
+    h = hashlib.sha256()
+    for cid in sorted(chunk_ids):
+        h.update(cid.encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class Manifest:
+    name: str
+    embedding_model: str
+    embedding_dim: int
+    chunker: dict[str, Any]
+    analyzer: dict[str, Any]
+    faiss_kind: str
+    format_version: int = FORMAT_VERSION
+    n_chunks: int = 0
+    n_documents: int = 0
+    content_version: str = ""
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    notes: list[str] = field(default_factory=list)
+
+    def save(self, folder: Path) -> None:
+        (folder / MANIFEST_FILE).write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> "Manifest":
+        path = folder / MANIFEST_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise IndexError_(f"index manifest unreadable: {path} ({err})",
+                              fix="re-ingest with --rebuild to recreate the index") from None
+        if data.get("format_version") != FORMAT_VERSION:
+            raise IndexMismatchError(
+                f"index {folder.name!r} has format version {data.get('format_version')}, this ragbudget reads "
+                f"version {FORMAT_VERSION}", fix="re-ingest with --rebuild")
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def check_model(self, model_id: str, dim: int | None = None) -> None:
+        """Raise :class:`IndexMismatchError` if the index was built with another embedding model."""
+        if model_id != self.embedding_model or (dim is not None and dim != self.embedding_dim):
+            raise IndexMismatchError(
+                f"index {self.name!r} was built with embedding model {self.embedding_model!r} "
+                f"(dim {self.embedding_dim}), but the configured model is {model_id!r}"
+                + (f" (dim {dim})" if dim is not None else ""),
+                fix=f"re-ingest with --rebuild (ragbudget ingest PATH --index {self.name} --rebuild), "
+                    f"or set embedding.model back to the index's model")

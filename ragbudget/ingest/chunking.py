@@ -1,0 +1,65 @@
+"""Token-aware chunking (llama-index splitters with the tiktoken tokenizer) and stable chunk ids.
+
+A chunk id is ``sha256(doc_id, text, n)`` where ``n`` counts earlier chunks of the same document with
+identical text. Position is not hashed: editing one paragraph changes only the ids of chunks whose
+text changed, and everything else keeps its id (and its stored vector).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+from llama_index.core.node_parser import SentenceSplitter, TokenTextSplitter
+
+from ..config import ChunkingConfig
+from ..tokens import Tokenizer
+from ..types import Chunk, Document
+
+
+def chunk_id(doc_id: str, text: str, occurrence: int = 0) -> str:
+    h = hashlib.sha256()
+    for part in (doc_id, text, str(occurrence)):
+        h.update(part.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()[:32]
+
+
+def document_text(doc: Document) -> str:
+    """Text that gets indexed: ``title\\n\\ntext`` for records with a title, else the text."""
+    title = str(doc.metadata.get("title") or "")
+    if "record_id" in doc.metadata and title.strip():
+        return f"{title}\n\n{doc.text}" if doc.text.strip() else title
+    return doc.text
+
+
+class Chunker:
+    """Split documents into :class:`~ragbudget.types.Chunk` with position, token count and citation metadata."""
+
+    def __init__(self, config: ChunkingConfig, tokenizer: Tokenizer) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        cls = SentenceSplitter if config.splitter == "sentence" else TokenTextSplitter
+        self._splitter = cls(chunk_size=config.chunk_size, chunk_overlap=config.chunk_overlap,
+                             tokenizer=tokenizer.encode)
+
+    def settings(self) -> dict[str, object]:
+        return {"splitter": self.config.splitter, "chunk_size": self.config.chunk_size,
+                "chunk_overlap": self.config.chunk_overlap, "tokenizer": self.tokenizer.name}
+
+    def chunk(self, doc: Document) -> list[Chunk]:
+        text = document_text(doc)
+        pieces = [p for p in self._splitter.split_text(text) if p.strip()]
+        counts = self.tokenizer.count_many(pieces) if pieces else []
+        seen: dict[str, int] = {}
+        out: list[Chunk] = []
+        meta = {k: v for k, v in doc.metadata.items()}
+        for pos, (piece, n) in enumerate(zip(pieces, counts)):
+            occ = seen.get(piece, 0)
+            seen[piece] = occ + 1
+            out.append(Chunk(id=chunk_id(doc.id, piece, occ), doc_id=doc.id, text=piece, position=pos,
+                             n_tokens=n, metadata={**meta, "position": pos}))
+        return out
+
+    def chunk_many(self, docs: Sequence[Document]) -> list[Chunk]:
+        return [c for d in docs for c in self.chunk(d)]

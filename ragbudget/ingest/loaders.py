@@ -1,0 +1,178 @@
+"""Load documents from a folder or file: .txt, .md, .html, .pdf and JSONL records.
+
+Bad files never stop an ingest: each is skipped and listed in :class:`LoadReport` with the reason
+(binary, empty, unreadable, malformed JSONL line with ``file:line``). A missing or empty folder is an
+:class:`~ragbudget.errors.IngestError` that says how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from bs4 import BeautifulSoup
+from pypdf import PdfReader
+
+from ..errors import IngestError
+from ..types import Document
+
+TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst"}
+HTML_SUFFIXES = {".html", ".htm"}
+PDF_SUFFIXES = {".pdf"}
+JSONL_SUFFIXES = {".jsonl"}
+SUPPORTED_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | PDF_SUFFIXES | JSONL_SUFFIXES
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+@dataclass
+class LoadReport:
+    """What a load read, skipped (with reasons) and noted (e.g. a non-UTF-8 file decoded lossily)."""
+
+    files_read: int = 0
+    records_read: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def skip(self, where: str, reason: str) -> None:
+        self.skipped.append((where, reason))
+
+    def fail(self, where: str, reason: str) -> None:
+        self.failed.append((where, reason))
+
+
+def _iter_files(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                yield Path(dirpath) / name
+
+
+def _decode(raw: bytes, where: str, report: LoadReport) -> str | None:
+    """UTF-8 text, or lossy text with a note; ``None`` (skipped) for binary content."""
+    if b"\x00" in raw[:8192]:
+        report.skip(where, "binary content (NUL bytes)")
+        return None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        text = raw.decode("utf-8", errors="replace")
+        report.notes.append(f"{where}: not valid UTF-8 (byte {err.start}); undecodable bytes replaced with U+FFFD")
+        return text
+
+
+def _markdown_title(text: str, fallback: str) -> str:
+    m = _HEADING.search(text)
+    return m.group(1).strip() if m else fallback
+
+
+def load_file(path: Path, report: LoadReport) -> list[Document]:
+    """Documents from one file (several for JSONL); problems go to ``report``."""
+    where = str(path)
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        report.skip(where, f"unsupported file type {suffix or '(none)'}; supported: {sorted(SUPPORTED_SUFFIXES)}")
+        return []
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        report.fail(where, f"unreadable: {err.strerror or err}")
+        return []
+    if not raw.strip():
+        report.skip(where, "empty file")
+        return []
+    if suffix in JSONL_SUFFIXES:
+        return load_jsonl_bytes(raw, where, report)
+    if suffix in PDF_SUFFIXES:
+        text, title = _pdf_text(path, report)
+    else:
+        decoded = _decode(raw, where, report)
+        if decoded is None:
+            return []
+        if suffix in HTML_SUFFIXES:
+            soup = BeautifulSoup(decoded, "html.parser")
+            title = soup.title.get_text(" ", strip=True) if soup.title else ""
+            for tag in soup(["script", "style", "noscript"]):
+                tag.decompose()
+            body = soup.body or soup
+            text = "\n".join(line.strip() for line in body.get_text("\n").splitlines() if line.strip())
+            title = title or path.stem
+        else:
+            text, title = decoded, _markdown_title(decoded, path.stem)
+    if text is None:
+        return []
+    if not text.strip():
+        report.skip(where, "no text after extraction (empty document)")
+        return []
+    report.files_read += 1
+    return [Document(id=where, text=text, metadata={"source": where, "title": title})]
+
+
+def _pdf_text(path: Path, report: LoadReport) -> tuple[str | None, str]:
+    try:
+        reader = PdfReader(str(path))
+        pages = [p.extract_text() or "" for p in reader.pages]
+        meta_title = (reader.metadata.title if reader.metadata else None) or ""
+    except Exception as err:  # pypdf raises many types for broken files
+        report.fail(str(path), f"unreadable PDF: {type(err).__name__}: {err}")
+        return None, ""
+    return "\n\n".join(p.strip() for p in pages if p.strip()), str(meta_title) or path.stem
+
+
+def load_jsonl_bytes(raw: bytes, where: str, report: LoadReport) -> list[Document]:
+    """Records ``{"_id"|"id", "title", "text", ...}``; other fields become metadata."""
+    text = _decode(raw, where, report)
+    if text is None:
+        return []
+    docs: list[Document] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        loc = f"{where}:{lineno}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as err:
+            report.skip(loc, f"malformed JSON line ({err.msg}, column {err.colno})")
+            continue
+        if not isinstance(rec, dict):
+            report.skip(loc, "JSONL record is not an object")
+            continue
+        rid = rec.get("_id", rec.get("id"))
+        body = rec.get("text")
+        if rid is None or not isinstance(body, str):
+            report.skip(loc, "record needs an '_id' (or 'id') and a string 'text'")
+            continue
+        title = str(rec.get("title") or "")
+        if not body.strip() and not title.strip():
+            report.skip(loc, f"record {rid!r} has empty text")
+            continue
+        extra: dict[str, Any] = {k: v for k, v in rec.items() if k not in ("_id", "id", "title", "text")}
+        docs.append(Document(id=str(rid), text=body,
+                             metadata={**extra, "source": where, "record_id": str(rid), "title": title}))
+        report.records_read += 1
+    if docs:
+        report.files_read += 1
+    return docs
+
+
+def load_path(path: str | os.PathLike[str], report: LoadReport | None = None) -> tuple[list[Document], LoadReport]:
+    """Every document under ``path`` (a folder, walked recursively, or one file)."""
+    report = report or LoadReport()
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise IngestError(f"path not found: {p}", fix="pass an existing folder or file to ingest")
+    if p.is_file():
+        return load_file(p, report), report
+    files = list(_iter_files(p))
+    if not files:
+        raise IngestError(f"folder is empty: {p}",
+                          fix=f"add {', '.join(sorted(SUPPORTED_SUFFIXES))} files to it, or point at another folder")
+    docs: list[Document] = []
+    for f in files:
+        docs.extend(load_file(f, report))
+    return docs, report
