@@ -142,8 +142,12 @@ class TrimConfig(_Section):
     sentence_selection: bool = True
     order: Literal["relevance", "edges"] = "relevance"
     min_sentence_score: float = 0.0
+    # sentence score = w × sentence relevance + (1 − w) × its chunk's relevance (both min-max scaled)
+    sentence_weight: float = Field(0.5, ge=0, le=1)
     history_recent_turns: int = Field(4, ge=0)
     history_compression: Literal["extractive", "llm", "none"] = "extractive"
+    # share of the history budget that compressed older turns may take (the rest keeps recent turns verbatim)
+    history_summary_share: float = Field(0.3, ge=0, le=1)
 
 
 class ModeConfig(_Section):

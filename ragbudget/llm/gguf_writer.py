@@ -133,7 +133,7 @@ def write_random_gguf(path: str | os.PathLike[str], spec: GGUFSpec = GGUFSpec())
         down[const, :] = 0.0
         w.add_tensor(f"blk.{i}.ffn_down.weight", down)
     w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
-    head = rand(n_vocab, d, std=1.0)
+    head = rand(n_vocab, d, std=2 * d ** -0.5)
     head[:, const] = np.where(allowed_token_mask(tokens), 0.0, BAN_WEIGHT)
     w.add_tensor("output.weight", head)
 

@@ -1,0 +1,342 @@
+"""Admission control: per-tenant token buckets, a bounded priority queue, and a degradation ladder.
+
+Order of checks for one request (:meth:`AdmissionController.admit`):
+
+1. degradation level ≥ 5 (or ≥ ``batch_reject_level`` for batch work) → :class:`AdmissionError` (429);
+2. the tenant's request bucket and token bucket (in process, or one shared limit through Redis);
+3. a concurrency slot: free → go; else wait in a bounded priority queue (interactive before batch,
+   FIFO within a priority); queue full or waited past ``queue_timeout_s`` → :class:`AdmissionError`.
+
+The ladder reads P95 queue wait and P95 TTFT over a sliding window and compares each to its SLO; the
+larger ratio picks the level: 0 normal, 1 smaller retrieved budget, 2 skip reranking, 3 smaller model,
+4 cached or extractive answer only, 5 reject. The pipeline applies levels 1–4 (``degrade_level=``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import math
+import threading
+import time
+from collections import deque
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import AsyncIterator, Literal, Protocol
+
+import redis
+
+from .config import AdmissionConfig, LimitsConfig, TenantConfig
+from .errors import AdmissionError, ConfigError
+
+log = logging.getLogger(__name__)
+
+Priority = Literal["interactive", "batch"]
+PRIORITIES: dict[str, int] = {"interactive": 0, "batch": 1}
+LEVEL_NAMES = ("normal", "smaller_retrieved_budget", "skip_rerank", "smaller_model", "cached_or_extractive",
+               "reject")
+
+
+# --------------------------------------------------------------------------------------------- buckets
+
+class Buckets(Protocol):
+    """Token buckets keyed by a string: take ``cost`` tokens or say how long until they are there."""
+
+    def take(self, key: str, cost: float, rate: float, burst: float) -> tuple[bool, float]:
+        """``(allowed, retry_after_s)``; ``cost`` above ``burst`` is clamped to ``burst``."""
+        ...
+
+
+class MemoryBuckets:
+    """In-process buckets (one replica). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._state: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str, cost: float, rate: float, burst: float) -> tuple[bool, float]:
+        cost = min(cost, burst)
+        now = time.monotonic()
+        with self._lock:
+            tokens, ts = self._state.get(key, (burst, now))
+            tokens = min(burst, tokens + max(0.0, now - ts) * rate)
+            if tokens >= cost:
+                self._state[key] = (tokens - cost, now)
+                return True, 0.0
+            self._state[key] = (tokens, now)
+            return False, (cost - tokens) / rate
+
+
+# Runs atomically in Redis; uses the server clock so replicas with skewed clocks share one limit.
+_LUA_TAKE = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = math.min(tonumber(ARGV[3]), burst)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(st[1])
+local ts = tonumber(st[2])
+if tokens == nil then tokens = burst; ts = now end
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local allowed = 0
+local retry = 0
+if tokens >= cost then tokens = tokens - cost; allowed = 1 else retry = (cost - tokens) / rate end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return {allowed, tostring(retry)}
+"""
+
+
+class RedisBuckets:
+    """Buckets shared by every replica through one Redis (a Lua script makes each take atomic).
+
+    If Redis cannot be reached the limit falls back to an in-process bucket for that call (logged, and
+    counted in :attr:`fallbacks`): a cache outage must not take the API down.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "ragbudget:rl:", timeout_s: float = 0.25,
+                 client: redis.Redis | None = None) -> None:
+        self.prefix = prefix
+        self.client = client or redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                                     socket_connect_timeout=timeout_s)
+        self._script = self.client.register_script(_LUA_TAKE)
+        self._fallback = MemoryBuckets()
+        self.fallbacks = 0
+
+    def take(self, key: str, cost: float, rate: float, burst: float) -> tuple[bool, float]:
+        try:
+            allowed, retry = self._script(keys=[self.prefix + key], args=[rate, burst, cost])
+        except redis.RedisError as err:
+            self.fallbacks += 1
+            log.warning("admission: redis unavailable (%s); using the in-process limit", err)
+            return self._fallback.take(key, cost, rate, burst)
+        return bool(int(allowed)), float(retry)
+
+
+def make_buckets(cfg: AdmissionConfig) -> Buckets:
+    if cfg.backend == "memory":
+        return MemoryBuckets()
+    if cfg.backend == "redis":
+        return RedisBuckets(cfg.redis_url, prefix=cfg.key_prefix, timeout_s=cfg.redis_timeout_s)
+    raise ConfigError(f"service.admission.backend: unknown backend {cfg.backend!r}", fix="memory or redis")
+
+
+# ---------------------------------------------------------------------------------------------- ladder
+
+class SlidingWindow:
+    """Samples of the last ``window_s`` seconds (at most ``maxlen``); P95 by nearest rank."""
+
+    def __init__(self, window_s: float, maxlen: int = 4096) -> None:
+        self.window_s = window_s
+        self._items: deque[tuple[float, float]] = deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+
+    def add(self, value: float, now: float | None = None) -> None:
+        with self._lock:
+            self._items.append((time.monotonic() if now is None else now, value))
+
+    def values(self, now: float | None = None) -> list[float]:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._items and now - self._items[0][0] > self.window_s:
+                self._items.popleft()
+            return [v for _, v in self._items]
+
+    def percentile(self, q: float, now: float | None = None) -> tuple[float | None, int]:
+        vals = sorted(self.values(now))
+        if not vals:
+            return None, 0
+        rank = max(0, math.ceil(q / 100 * len(vals)) - 1)
+        return vals[rank], len(vals)
+
+
+class DegradeLadder:
+    """Maps measured P95 queue wait and TTFT against their SLOs to a level 0–5."""
+
+    def __init__(self, cfg: AdmissionConfig) -> None:
+        self.cfg = cfg
+        self.queue_wait = SlidingWindow(cfg.window_s)
+        self.ttft = SlidingWindow(cfg.window_s)
+
+    def record_queue_wait(self, ms: float, now: float | None = None) -> None:
+        self.queue_wait.add(ms, now)
+
+    def record_ttft(self, ms: float, now: float | None = None) -> None:
+        self.ttft.add(ms, now)
+
+    def pressure(self, now: float | None = None) -> float:
+        """max(P95 wait / SLO, P95 TTFT / SLO); 0 while a window has fewer than ``min_samples``."""
+        ratios = [0.0]
+        for win, slo in ((self.queue_wait, self.cfg.slo_queue_wait_ms), (self.ttft, self.cfg.slo_ttft_p95_ms)):
+            p95, n = win.percentile(95, now)
+            if p95 is not None and n >= self.cfg.min_samples:
+                ratios.append(p95 / slo)
+        return max(ratios)
+
+    def level(self, now: float | None = None) -> int:
+        r = self.pressure(now)
+        return sum(1 for t in self.cfg.thresholds if r >= t)
+
+
+# --------------------------------------------------------------------------------------------- limiter
+
+@dataclass
+class Ticket:
+    """What admission granted: the degrade level to apply and how long the request queued."""
+
+    tenant: str
+    priority: str
+    degrade_level: int
+    queue_wait_ms: float
+    decision: str  # "admitted" or "queued"
+
+
+@dataclass(order=True)
+class _Waiter:
+    prio: int
+    seq: int
+    future: asyncio.Future = None  # type: ignore[assignment]
+
+
+class PriorityLimiter:
+    """At most ``slots`` holders; waiters in a bounded heap, interactive first; batch may hold at most
+    ``batch_slots``. Bound to the event loop that uses it (one per app)."""
+
+    def __init__(self, slots: int, queue_size: int, batch_slots: int) -> None:
+        self.slots = slots
+        self.queue_size = queue_size
+        self.batch_slots = max(1, min(batch_slots, slots))
+        self.active = 0
+        self.active_batch = 0
+        self._heap: list[_Waiter] = []
+        self._seq = itertools.count()
+
+    @property
+    def depth(self) -> int:
+        return sum(1 for w in self._heap if not w.future.done())
+
+    def _can_run(self, prio: int) -> bool:
+        return self.active < self.slots and (prio == 0 or self.active_batch < self.batch_slots)
+
+    def _grant(self, prio: int) -> None:
+        self.active += 1
+        if prio:
+            self.active_batch += 1
+
+    async def acquire(self, prio: int, timeout_s: float) -> bool:
+        """Take a slot; returns True if it had to queue. Raises AdmissionError when full or timed out."""
+        if self._can_run(prio) and not any(w.prio <= prio and not w.future.done() for w in self._heap):
+            self._grant(prio)
+            return False
+        if self.depth >= self.queue_size:
+            raise AdmissionError(f"admission queue is full ({self.queue_size} waiting)",
+                                 retry_after_s=1.0, fix="retry after the Retry-After delay")
+        w = _Waiter(prio, next(self._seq), asyncio.get_running_loop().create_future())
+        heapq.heappush(self._heap, w)
+        try:
+            await asyncio.wait_for(asyncio.shield(w.future), timeout_s)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as err:
+            if w.future.done() and not w.future.cancelled():
+                self.release(prio)  # granted just as we gave up: hand the slot on
+            else:
+                w.future.cancel()
+            self._drop_done()
+            if isinstance(err, asyncio.TimeoutError):
+                raise AdmissionError(f"waited {timeout_s:.1f}s in the admission queue without a slot",
+                                     retry_after_s=1.0, fix="retry later or lower the request rate") from None
+            raise
+        return True
+
+    def _drop_done(self) -> None:
+        if any(w.future.done() for w in self._heap):
+            self._heap = [w for w in self._heap if not w.future.done()]
+            heapq.heapify(self._heap)
+
+    def release(self, prio: int) -> None:
+        self.active -= 1
+        if prio:
+            self.active_batch -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        skipped: list[_Waiter] = []
+        while self._heap and self.active < self.slots:
+            w = heapq.heappop(self._heap)
+            if w.future.done():
+                continue
+            if not self._can_run(w.prio):  # batch over its share: let interactive waiters behind it go
+                skipped.append(w)
+                continue
+            self._grant(w.prio)
+            w.future.set_result(True)
+        for w in skipped:
+            heapq.heappush(self._heap, w)
+
+
+class AdmissionController:
+    """Everything a request passes before work starts. One per app (per event loop)."""
+
+    def __init__(self, cfg: AdmissionConfig, limits: LimitsConfig, tenants: list[TenantConfig],
+                 buckets: Buckets | None = None) -> None:
+        self.cfg = cfg
+        self.tenants = {t.name: t for t in tenants}
+        self.buckets = buckets if buckets is not None else make_buckets(cfg)
+        self.ladder = DegradeLadder(cfg)
+        slots = limits.max_concurrent
+        self.limiter = PriorityLimiter(slots, cfg.queue_size, max(1, int(slots * cfg.batch_share)))
+
+    @property
+    def level(self) -> int:
+        return self.ladder.level() if self.cfg.enabled else 0
+
+    @property
+    def queue_depth(self) -> int:
+        return self.limiter.depth
+
+    def check_rate(self, tenant: str, est_tokens: int) -> None:
+        """Take one request and ``est_tokens`` tokens from the tenant's buckets, or raise 429."""
+        t = self.tenants.get(tenant)
+        if t is None:
+            raise AdmissionError(f"unknown tenant {tenant!r}", retry_after_s=60.0,
+                                 fix="add the tenant to service.tenants")
+        ok, retry = self.buckets.take(f"{tenant}:req", 1, t.requests_per_s, t.burst)
+        if not ok:
+            raise AdmissionError(f"tenant {tenant!r} is over {t.requests_per_s:g} requests/s",
+                                 retry_after_s=retry, fix="slow down or raise requests_per_s for the tenant")
+        ok, retry = self.buckets.take(f"{tenant}:tok", max(1, est_tokens), t.tokens_per_s, t.token_burst)
+        if not ok:
+            raise AdmissionError(f"tenant {tenant!r} is over {t.tokens_per_s:g} tokens/s",
+                                 retry_after_s=retry, fix="slow down or raise tokens_per_s for the tenant")
+
+    @asynccontextmanager
+    async def admit(self, tenant: str, *, priority: str = "interactive",
+                    est_tokens: int = 1) -> AsyncIterator[Ticket]:
+        """Hold a slot for the body of the ``async with``; yields the :class:`Ticket`."""
+        if priority not in PRIORITIES:
+            raise AdmissionError(f"unknown priority {priority!r}", retry_after_s=0.0,
+                                 fix=f"use one of {sorted(PRIORITIES)}")
+        prio = PRIORITIES[priority]
+        if not self.cfg.enabled:
+            yield Ticket(tenant, priority, 0, 0.0, "admitted")
+            return
+        level = self.level
+        if level >= 5 or (prio and level >= self.cfg.batch_reject_level):
+            raise AdmissionError(f"overloaded (degrade level {level}); request shed",
+                                 retry_after_s=self.cfg.reject_retry_after_s, fix="retry after Retry-After")
+        self.check_rate(tenant, est_tokens)
+        t0 = time.perf_counter()
+        queued = await self.limiter.acquire(prio, self.cfg.queue_timeout_s)
+        wait_ms = (time.perf_counter() - t0) * 1000
+        self.ladder.record_queue_wait(wait_ms)
+        try:
+            yield Ticket(tenant, priority, self.level, wait_ms, "queued" if queued else "admitted")
+        finally:
+            self.limiter.release(prio)
+
+    def record_ttft(self, ms: float | None) -> None:
+        """Feed a measured TTFT (or end-to-end time when nothing streamed) into the ladder."""
+        if ms is not None:
+            self.ladder.record_ttft(ms)

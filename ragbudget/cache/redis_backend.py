@@ -1,0 +1,112 @@
+"""Shared backend on Redis (several API replicas), through redis-py with short socket timeouts.
+
+Any Redis error or timeout is logged and counted, and the call reads as a miss / a refused store: the
+request is served without this layer, never failed by it. After a failure the backend skips Redis for
+``cooldown_s`` so an outage costs one timeout, not one per request. Expiry is server-side (``PX``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis
+
+from ..errors import CacheError
+from .base import BackendStats, check_ttl
+
+log = logging.getLogger(__name__)
+
+
+class RedisBackend:
+    """Redis-backed store under ``prefix``. Entry bounds are the server's (``maxmemory-policy``)."""
+
+    name = "redis"
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, timeout_s: float = 0.25,
+                 cooldown_s: float = 1.0, max_value_bytes: int = 1_000_000, default_ttl_s: float = 86400.0,
+                 prefix: str = "ragbudget:") -> None:
+        try:
+            self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                                retry_on_timeout=False, health_check_interval=0)
+        except ValueError as err:
+            raise CacheError(f"cache.redis_url {url!r} is not a Redis URL: {err}",
+                             fix="use redis://HOST:PORT/DB") from None
+        self.url = url
+        self.prefix = prefix
+        self.cooldown_s = float(cooldown_s)
+        self.max_value_bytes = int(max_value_bytes)
+        self.default_ttl_s = float(default_ttl_s)
+        self.stats = BackendStats()
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+
+    def _available(self) -> bool:
+        if time.monotonic() < self._down_until:
+            self.stats.incr("skipped")
+            return False
+        return True
+
+    def _failed(self, op: str, err: Exception) -> None:
+        self.stats.incr("errors")
+        self.stats.incr("skipped")
+        with self._lock:
+            self._down_until = time.monotonic() + self.cooldown_s
+        log.warning("redis cache %s failed (%s: %s); serving without it for %.1fs",
+                    op, type(err).__name__, err, self.cooldown_s)
+
+    def get(self, key: str) -> bytes | None:
+        self.stats.incr("gets")
+        if not self._available():
+            return None
+        try:
+            value = self._client.get(self.prefix + key)
+        except redis.RedisError as err:
+            self._failed("get", err)
+            return None
+        return bytes(value) if value is not None else None
+
+    def set(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
+        ttl = check_ttl(ttl_s, self.default_ttl_s)
+        if len(value) > self.max_value_bytes:
+            self.stats.incr("too_large")
+            log.warning("cache value for %s refused: %d bytes > max_value_bytes=%d",
+                        key[:32], len(value), self.max_value_bytes)
+            return False
+        if not self._available():
+            return False
+        try:
+            self._client.set(self.prefix + key, value, px=max(1, int(ttl * 1000)))
+        except redis.RedisError as err:
+            self._failed("set", err)
+            return False
+        self.stats.incr("sets")
+        return True
+
+    def delete(self, key: str) -> None:
+        if not self._available():
+            return
+        try:
+            self._client.delete(self.prefix + key)
+        except redis.RedisError as err:
+            self._failed("delete", err)
+
+    def clear(self) -> None:
+        """Delete this backend's keys (those under ``prefix``), not the whole database."""
+        if not self._available():
+            return
+        try:
+            batch: list[bytes] = []
+            for k in self._client.scan_iter(match=self.prefix + "*", count=500):
+                batch.append(k)
+                if len(batch) >= 500:
+                    self._client.delete(*batch)
+                    batch = []
+            if batch:
+                self._client.delete(*batch)
+        except redis.RedisError as err:
+            self._failed("clear", err)
+
+    def close(self) -> None:
+        self._client.close()

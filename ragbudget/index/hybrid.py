@@ -1,0 +1,341 @@
+"""HybridIndex: chunk store + FAISS dense + BM25 sparse, persisted atomically under ``<index.dir>/<name>/``.
+
+Layout: ``manifest.json``, ``chunks.jsonl``, ``vectors.npy``, ``bm25_tokens.json``, ``sources.json``.
+Saving writes a sibling temp folder and swaps it in with renames, so a crash or Ctrl-C mid-save leaves
+the previous index loadable (a swap interrupted between its two renames is repaired on the next load).
+
+Re-ingesting diffs by chunk id: unchanged chunks keep their stored vectors, only new chunks are embedded,
+and chunks of documents that disappeared from a re-ingested folder are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..config import Config
+from ..embed import Embedder, EmbeddingCache, SentenceTransformerEmbedder
+from ..errors import IndexError_, IndexNotFoundError, IngestError
+from ..ingest import Chunker, LoadReport, load_path
+from ..tokens import Tokenizer
+from ..types import Chunk, Document
+from .dense import DenseIndex
+from .manifest import MANIFEST_FILE, Manifest, content_version
+from .sparse import SparseIndex
+from .store import ChunkStore
+
+ProgressFn = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``; stages: ``load``, ``chunk``, ``embed``, ``index``, ``save``."""
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+EMBED_BATCH = 256
+
+
+@dataclass
+class IngestReport:
+    """Outcome of one ingest: documents and chunk counts, files read/skipped/failed, timing."""
+
+    index: str
+    documents: int = 0
+    chunks_added: int = 0
+    chunks_unchanged: int = 0
+    chunks_removed: int = 0
+    documents_removed: int = 0
+    embedded: int = 0
+    files_read: int = 0
+    records_read: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    content_version: str = ""
+
+    def absorb(self, load: LoadReport) -> None:
+        self.files_read += load.files_read
+        self.records_read += load.records_read
+        self.skipped += load.skipped
+        self.failed += load.failed
+        self.notes += load.notes
+
+
+def default_embedder(cfg: Config) -> SentenceTransformerEmbedder:
+    """The configured embedder with its persistent cache at ``<index.dir>/.embcache.sqlite``."""
+    cache = EmbeddingCache(Path(cfg.index.dir) / ".embcache.sqlite") if cfg.embedding.cache else None
+    return SentenceTransformerEmbedder(cfg.embedding, cache)
+
+
+def list_indexes(index_dir: str | os.PathLike[str]) -> list[str]:
+    d = Path(index_dir)
+    if not d.is_dir():
+        return []
+    return sorted(p.name for p in d.iterdir() if p.is_dir() and (p / MANIFEST_FILE).is_file())
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise IndexError_(f"invalid index name {name!r}",
+                          fix="use letters, digits, '_', '-' or '.', not starting with '.' or '-'")
+
+
+class HybridIndex:
+    """Chunks with dense vectors and BM25 terms, row-aligned. Build with :meth:`create`, open with :meth:`load`."""
+
+    def __init__(self, folder: Path, manifest: Manifest, config: Config, store: ChunkStore, dense: DenseIndex,
+                 sparse: SparseIndex, sources: dict[str, list[str]]) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.config = config
+        self.store = store
+        self.dense = dense
+        self.sparse = sparse
+        self.sources = sources
+        self._ids: list[str] = store.ids
+        self._dirty = not (folder / MANIFEST_FILE).is_file()
+        self.chunker = Chunker(config.chunking, Tokenizer(config.tokenizer.encoding))
+
+    # -- construction ---------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.content_version
+
+    @staticmethod
+    def path_for(name: str, cfg: Config) -> Path:
+        _check_name(name)
+        return Path(cfg.index.dir) / name
+
+    @classmethod
+    def create(cls, name: str, cfg: Config, *, model_id: str, dim: int) -> "HybridIndex":
+        """A new, empty in-memory index (nothing is written until :meth:`save`)."""
+        folder = cls.path_for(name, cfg)
+        chunker = Chunker(cfg.chunking, Tokenizer(cfg.tokenizer.encoding))
+        sparse = SparseIndex(cfg.retrieval.bm25)
+        manifest = Manifest(name=name, embedding_model=model_id, embedding_dim=dim, chunker=chunker.settings(),
+                            analyzer={**sparse.analyzer.settings(), "k1": cfg.retrieval.bm25.k1,
+                                      "b": cfg.retrieval.bm25.b},
+                            faiss_kind=cfg.retrieval.faiss.kind, content_version=content_version([]))
+        return cls(folder, manifest, cfg, ChunkStore(), DenseIndex(dim, cfg.retrieval.faiss), sparse, {})
+
+    @classmethod
+    def exists(cls, name: str, cfg: Config) -> bool:
+        folder = cls.path_for(name, cfg)
+        _recover_swap(folder)
+        return (folder / MANIFEST_FILE).is_file()
+
+    @classmethod
+    def load(cls, name: str, cfg: Config, *, model_id: str | None = None, dim: int | None = None) -> "HybridIndex":
+        """Open a saved index; with ``model_id`` (and ``dim``) check it was built with that embedding model.
+
+        Raises IndexNotFoundError (listing existing indexes) or IndexMismatchError (naming both models).
+        """
+        folder = cls.path_for(name, cfg)
+        _recover_swap(folder)
+        if not (folder / MANIFEST_FILE).is_file():
+            existing = list_indexes(cfg.index.dir)
+            raise IndexNotFoundError(
+                f"no index named {name!r} in {Path(cfg.index.dir).resolve()}"
+                f" (existing: {', '.join(existing) if existing else 'none'})",
+                fix=f"create it with: ragbudget ingest PATH --index {name}")
+        manifest = Manifest.load(folder)
+        if model_id is not None:
+            manifest.check_model(model_id, dim)
+        try:
+            store = ChunkStore.load(folder / "chunks.jsonl")
+            dense = DenseIndex.load(folder, manifest.embedding_dim, cfg.retrieval.faiss)
+            sparse = SparseIndex.load(folder, cfg.retrieval.bm25)
+            sources = json.loads((folder / "sources.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError) as err:
+            raise IndexError_(f"index {name!r} at {folder} is damaged: {err}",
+                              fix=f"re-ingest with --rebuild (ragbudget ingest PATH --index {name} --rebuild)") from None
+        if not (len(store) == len(dense) == len(sparse)):
+            raise IndexError_(f"index {name!r} is inconsistent: {len(store)} chunks, {len(dense)} vectors, "
+                              f"{len(sparse)} BM25 rows", fix="re-ingest with --rebuild")
+        if sparse.analyzer.settings() != {k: manifest.analyzer.get(k) for k in ("stemmer", "stopwords")}:
+            # BM25 terms were analyzed with other settings: re-analyze from the stored chunk texts.
+            sparse.rebuild(sparse.analyze_many([c.text for c in store]))
+        return cls(folder, manifest, cfg, store, dense, sparse, sources)
+
+    @classmethod
+    def open_or_create(cls, name: str, cfg: Config, embedder: Embedder, *, rebuild: bool = False) -> "HybridIndex":
+        if not rebuild and cls.exists(name, cfg):
+            return cls.load(name, cfg, model_id=embedder.model_id)
+        return cls.create(name, cfg, model_id=embedder.model_id, dim=embedder.dim)
+
+    # -- access ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def chunk_at(self, row: int) -> Chunk:
+        return self.store.get(self._ids[row])
+
+    def search_dense(self, query_vector: np.ndarray, k: int) -> list[tuple[Chunk, float]]:
+        return [(self.chunk_at(r), s) for r, s in self.dense.search(query_vector, k)]
+
+    def search_sparse(self, query: str, k: int) -> list[tuple[Chunk, float]]:
+        return [(self.chunk_at(r), s) for r, s in self.sparse.search(query, k)]
+
+    # -- ingest ---------------------------------------------------------------------------------
+    def ingest(self, path: str | os.PathLike[str], embedder: Embedder, *, progress: ProgressFn | None = None,
+               save: bool = True) -> IngestReport:
+        """Load ``path`` (folder or file), upsert its documents, drop documents gone from it, then save."""
+        t0 = time.perf_counter()
+        root = str(Path(path).expanduser().resolve())
+        docs, load = load_path(root)
+        if progress:
+            progress("load", 1, 1)
+        # Files that could not be read this time keep what they had in the index (nothing is lost).
+        protect = {w for w, _ in load.skipped + load.failed}
+        protect |= {w.rsplit(":", 1)[0] for w in protect}
+        report = self.add_documents(docs, embedder, root=root, progress=progress, protect_sources=protect)
+        report.absorb(load)
+        if not docs and not load.files_read:
+            report.notes.append(f"no document could be read from {root}; the index was left as it was")
+        if save and self._dirty:
+            self.save(progress=progress)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def add_documents(self, docs: Sequence[Document], embedder: Embedder, *, root: str | None = None,
+                      progress: ProgressFn | None = None, protect_sources: set[str] = frozenset()) -> IngestReport:
+        """Upsert ``docs`` in memory (call :meth:`save` after). With ``root``, documents previously
+        ingested from that root and absent from ``docs`` are removed, unless their source is in
+        ``protect_sources`` (files that failed to load this time)."""
+        if embedder.model_id != self.manifest.embedding_model:
+            self.manifest.check_model(embedder.model_id)
+        report = IngestReport(index=self.name)
+        ids_seen: dict[str, Document] = {}
+        for d in docs:
+            if d.id in ids_seen:
+                report.notes.append(f"duplicate document id {d.id!r} ({d.metadata.get('source')}); the last one wins")
+            ids_seen[d.id] = d
+        docs = list(ids_seen.values())
+        report.documents = len(docs)
+        # Chunk every incoming document.
+        new_by_doc: dict[str, list[Chunk]] = {}
+        for i, d in enumerate(docs):
+            new_by_doc[d.id] = self.chunker.chunk(d)
+            if not new_by_doc[d.id]:
+                report.skipped.append((str(d.metadata.get("source", d.id)), "document has no text to index"))
+            if progress and (i % 50 == 0 or i == len(docs) - 1):
+                progress("chunk", i + 1, len(docs))
+        removed_docs: set[str] = set()
+        if root is not None:
+            before = set(self.sources.get(root, []))
+            gone = before - set(new_by_doc)
+            protected = {c.doc_id for c in self.store if c.doc_id in gone and c.source in protect_sources}
+            removed_docs = gone - protected
+            self.sources[root] = sorted(set(new_by_doc) | protected)
+        replaced = set(new_by_doc) | removed_docs
+        old_rows = {cid: i for i, cid in enumerate(self._ids)}
+        kept = [c for c in self.store if c.doc_id not in replaced]
+        incoming = [c for cs in new_by_doc.values() for c in cs]
+        old_of_replaced = {c.id for c in self.store if c.doc_id in replaced}
+        incoming_ids = {c.id for c in incoming}
+        report.chunks_unchanged = len(incoming_ids & old_of_replaced)
+        report.chunks_added = len(incoming_ids - old_of_replaced)
+        report.chunks_removed = len(old_of_replaced - incoming_ids)
+        report.documents_removed = len(removed_docs & self.store.doc_ids())
+        changed_records = any(c != self.store.get(c.id) for c in incoming if c.id in self.store)
+        self._dirty = bool(report.chunks_added or report.chunks_removed or changed_records
+                           or len(kept) + len(incoming) != len(self._ids))
+        if not self._dirty:
+            report.content_version = self.version
+            return report
+        # Vectors: reuse stored rows by chunk id; embed only the rest.
+        todo = [c for c in incoming if c.id not in old_rows]
+        fresh: dict[str, np.ndarray] = {}
+        for start in range(0, len(todo), EMBED_BATCH):
+            part = todo[start:start + EMBED_BATCH]
+            vecs = embedder.embed([c.text for c in part])
+            fresh.update(zip((c.id for c in part), vecs))
+            if progress:
+                progress("embed", start + len(part), len(todo))
+        report.embedded = len(todo)
+        chunks = kept + incoming
+        dim = self.manifest.embedding_dim
+        vectors = np.empty((len(chunks), dim), np.float32)
+        for i, c in enumerate(chunks):
+            vectors[i] = fresh[c.id] if c.id in fresh else self.dense.vectors[old_rows[c.id]]
+        old_tokens = self.sparse.tokens
+        fresh_tokens = dict(zip((c.id for c in todo), self.sparse.analyze_many([c.text for c in todo])))
+        tokens = [fresh_tokens[c.id] if c.id in fresh_tokens else old_tokens[old_rows[c.id]] for c in chunks]
+        if progress:
+            progress("index", 0, 1)
+        self.dense.rebuild(vectors)
+        self.sparse.rebuild(tokens)
+        self.store = ChunkStore(chunks)
+        self._ids = self.store.ids
+        report.notes += self.dense.notes
+        m = self.manifest
+        m.n_chunks, m.n_documents = len(chunks), len(self.store.doc_ids())
+        m.content_version = content_version(self._ids)
+        m.faiss_kind, m.updated_at, m.notes = self.dense.kind, time.time(), list(self.dense.notes)
+        report.content_version = m.content_version
+        if progress:
+            progress("index", 1, 1)
+        return report
+
+    # -- persistence ----------------------------------------------------------------------------
+    def _write_files(self, folder: Path) -> None:
+        self.store.save(folder / "chunks.jsonl")
+        self.dense.save(folder)
+        self.sparse.save(folder)
+        (folder / "sources.json").write_text(json.dumps(self.sources), encoding="utf-8")
+        self.manifest.save(folder)  # last: a folder without a manifest is never loaded
+
+    def save(self, *, progress: ProgressFn | None = None) -> None:
+        """Write the index atomically (temp folder beside it, then rename swap)."""
+        target = self.folder
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        old = target.parent / f".{target.name}.old"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            self._write_files(tmp)
+            _fsync_dir(tmp)
+            if target.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(target, old)
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _recover_swap(target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        self._dirty = False
+        if progress:
+            progress("save", 1, 1)
+
+
+def _fsync_dir(folder: Path) -> None:
+    for p in folder.iterdir():
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+
+
+def _recover_swap(target: Path) -> None:
+    """Finish or undo a swap interrupted between its renames: put the previous index back."""
+    old = target.parent / f".{target.name}.old"
+    if not target.exists() and (old / MANIFEST_FILE).is_file():
+        os.replace(old, target)
+
+
+def ingest_path(path: str | os.PathLike[str], name: str, cfg: Config, embedder: Embedder, *,
+                rebuild: bool = False, progress: ProgressFn | None = None) -> IngestReport:
+    """Open (or create) index ``name`` and ingest ``path`` into it. ``rebuild`` starts from empty."""
+    if not Path(path).expanduser().exists():
+        raise IngestError(f"path not found: {path}", fix="pass an existing folder or file to ingest")
+    index = HybridIndex.open_or_create(name, cfg, embedder, rebuild=rebuild)
+    return index.ingest(path, embedder, progress=progress)

@@ -1,0 +1,199 @@
+"""Fit retrieved chunks into the retrieved-context budget by query-aware sentence selection.
+
+Each chunk is split into sentences (llama-index's punkt splitter); every sentence gets a score that
+mixes its own relevance to the query with its chunk's relevance. The best sentences are packed greedily
+across all chunks until the budget is spent, so each chunk loses its weakest sentences before a whole
+chunk is dropped. A sentence is cut only when it alone is larger than the whole budget. Kept sentences
+stay in their original order inside their chunk (gaps are marked with " … "), and each kept piece keeps
+its chunk (and so its citation). Scoring (:meth:`SentencePlan.build`) is separate from packing
+(:meth:`SentencePlan.pack`) so one plan can be packed at many budgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
+
+from .config import TrimConfig
+from .rerank import Reranker
+from .tokens import Tokenizer
+from .types import Scored
+
+GAP = " … "
+_split: Callable[[str], list[str]] | None = None
+MIN_TRUNCATED_TOKENS = 8  # a cut sentence shorter than this carries no meaning; skip it instead
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` (punkt), with fragments under three words merged into the next one."""
+    global _split
+    if _split is None:
+        _split = split_by_sentence_tokenizer()
+    text = text.strip()
+    if not text:
+        return []
+    raw = [s.strip() for s in _split(text) if s.strip()]
+    out: list[str] = []
+    carry = ""
+    for s in raw:
+        s = f"{carry} {s}".strip() if carry else s
+        if len(s.split()) < 3:
+            carry = s
+            continue
+        carry = ""
+        out.append(s)
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out
+
+
+@dataclass
+class TrimResult:
+    """Chunks as they go into the prompt (text possibly reduced), plus what was dropped or compressed."""
+
+    kept: list[Scored]
+    used: int
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    compressed: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class SentencePlan:
+    """Sentences of the candidate chunks with their token counts and combined scores."""
+
+    items: list[Scored]
+    sentences: list[list[str]]
+    tokens: list[list[int]]
+    scores: list[list[float]]
+    chunk_tokens: list[int]
+
+    @classmethod
+    def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
+              scorer: Reranker | None, cfg: TrimConfig) -> "SentencePlan":
+        """Split and score. Chunk relevance is each item's ``score``, min-max normalised over the list;
+        sentence relevance comes from ``scorer`` (None: sentences inherit their chunk's score)."""
+        items = list(items)
+        sents = [split_sentences(_text_of(s)) for s in items]
+        flat = [x for ss in sents for x in ss]
+        counts = tokenizer.count_many(flat) if flat else []
+        chunk_rel = _minmax([s.score for s in items])
+        if scorer is not None and flat and cfg.sentence_weight > 0:
+            sent_rel = _minmax(list(np.asarray(scorer.score(query, flat), dtype=float)))
+        else:
+            sent_rel = [0.0] * len(flat)
+        w = cfg.sentence_weight if scorer is not None else 0.0
+        tokens, scores, k = [], [], 0
+        for ci, ss in enumerate(sents):
+            tokens.append(list(counts[k:k + len(ss)]))
+            scores.append([w * sent_rel[k + j] + (1 - w) * chunk_rel[ci] for j in range(len(ss))])
+            k += len(ss)
+        chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
+        return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens)
+
+    def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
+             overhead_per_chunk: int = 0) -> TrimResult:
+        """Choose sentences for ``budget`` tokens (counting ``overhead_per_chunk`` for each chunk used,
+        e.g. its citation header, and one separator token between pieces)."""
+        budget = max(int(budget), 0)
+        if not cfg.sentence_selection:
+            return self._pack_whole(budget, cfg, overhead_per_chunk)
+        cand = [(sc, ci, j) for ci, row in enumerate(self.scores) for j, sc in enumerate(row)
+                if sc >= cfg.min_sentence_score]
+        cand.sort(key=lambda t: (-t[0], t[1], t[2]))
+        chosen: dict[int, dict[int, str]] = {}
+        used = 0
+        truncated: set[int] = set()
+        for _, ci, j in cand:
+            cost = self.tokens[ci][j] + 1 + (overhead_per_chunk if ci not in chosen else 0)
+            if used + cost <= budget:
+                chosen.setdefault(ci, {})[j] = self.sentences[ci][j]
+                used += cost
+            elif not chosen and self.tokens[ci][j] + 1 + overhead_per_chunk > budget:
+                # the best sentence alone exceeds the whole budget: the one case where we cut a sentence
+                room = budget - used - 1 - overhead_per_chunk
+                if room >= MIN_TRUNCATED_TOKENS:
+                    chosen[ci] = {j: tokenizer.truncate(self.sentences[ci][j], room)}
+                    used += room + 1 + overhead_per_chunk
+                    truncated.add(ci)
+        return self._result(chosen, used, cfg, truncated)
+
+    def _pack_whole(self, budget: int, cfg: TrimConfig, overhead: int) -> TrimResult:
+        chosen: dict[int, dict[int, str]] = {}
+        used = 0
+        order = sorted(range(len(self.items)), key=lambda i: -self.items[i].score)
+        for ci in order:
+            cost = self.chunk_tokens[ci] + 1 + overhead
+            if self.chunk_tokens[ci] and used + cost <= budget:
+                chosen[ci] = dict(enumerate(self.sentences[ci]))
+                used += cost
+        return self._result(chosen, used, cfg, set(), whole=True)
+
+    def _result(self, chosen: dict[int, dict[int, str]], used: int, cfg: TrimConfig,
+                truncated: set[int], whole: bool = False) -> TrimResult:
+        dropped, compressed, kept_pairs = [], [], []
+        for ci, s in enumerate(self.items):
+            if ci not in chosen:
+                reason = "empty" if not self.sentences[ci] else "over budget"
+                dropped.append({"chunk_id": s.chunk.id, "reason": reason, "tokens": self.chunk_tokens[ci]})
+                continue
+            picks = chosen[ci]
+            if whole:
+                text = _text_of(s)
+            else:
+                parts, prev = [], -1
+                for j in sorted(picks):
+                    if parts and j != prev + 1:
+                        parts.append(GAP.strip())
+                    parts.append(picks[j])
+                    prev = j
+                text = " ".join(parts)
+            n_after = sum(self.tokens[ci][j] for j in picks) if not whole else self.chunk_tokens[ci]
+            if not whole and (len(picks) < len(self.sentences[ci]) or ci in truncated):
+                compressed.append({"chunk_id": s.chunk.id, "tokens_before": self.chunk_tokens[ci],
+                                   "tokens_after": n_after, "sentences_kept": len(picks),
+                                   "sentences_total": len(self.sentences[ci]),
+                                   **({"note": "sentence truncated"} if ci in truncated else {})})
+            best = max(self.scores[ci][j] for j in picks) if picks and self.scores[ci] else 0.0
+            chunk = replace(s.chunk, text=text, n_tokens=n_after)
+            kept_pairs.append((best, ci, replace(s, chunk=chunk)))
+        kept_pairs.sort(key=lambda t: (-t[0], t[1]))
+        kept = order_context([p[2] for p in kept_pairs], cfg.order)
+        return TrimResult(kept=kept, used=used, dropped=dropped, compressed=compressed)
+
+
+def order_context(items: list[Scored], order: str) -> list[Scored]:
+    """``relevance``: as given (best first). ``edges``: best at both ends, weakest in the middle
+    (ranks 1, 3, 5, … then …, 6, 4, 2) against lost-in-the-middle."""
+    if order != "edges" or len(items) < 3:
+        return list(items)
+    front = items[0::2]
+    back = items[1::2]
+    return front + back[::-1]
+
+
+def trim_chunks(query: str, items: Sequence[Scored], budget: int, tokenizer: Tokenizer,
+                scorer: Reranker | None, cfg: TrimConfig, *, overhead_per_chunk: int = 0) -> TrimResult:
+    """Score and pack in one call (see :class:`SentencePlan`)."""
+    plan = SentencePlan.build(query, items, tokenizer, scorer, cfg)
+    return plan.pack(budget, cfg, tokenizer, overhead_per_chunk=overhead_per_chunk)
+
+
+def _text_of(s: Scored) -> str:
+    t = s.chunk.text
+    return t if isinstance(t, str) else ""
+
+
+def _minmax(vals: Sequence[float]) -> list[float]:
+    if not vals:
+        return []
+    arr = np.asarray(vals, dtype=float)
+    lo, hi = float(arr.min()), float(arr.max())
+    if hi - lo < 1e-12:
+        return [1.0] * len(arr)
+    return list((arr - lo) / (hi - lo))
