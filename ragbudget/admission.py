@@ -311,22 +311,35 @@ class AdmissionController:
             raise AdmissionError(f"tenant {tenant!r} is over {t.tokens_per_s:g} tokens/s",
                                  retry_after_s=retry, fix="slow down or raise tokens_per_s for the tenant")
 
-    @asynccontextmanager
-    async def admit(self, tenant: str, *, priority: str = "interactive",
-                    est_tokens: int = 1) -> AsyncIterator[Ticket]:
-        """Hold a slot for the body of the ``async with``; yields the :class:`Ticket`."""
+    def check(self, tenant: str, priority: str = "interactive", est_tokens: int = 1) -> None:
+        """The instant refusals: unknown priority, shed by level, rate limits, full queue (429)."""
         if priority not in PRIORITIES:
             raise AdmissionError(f"unknown priority {priority!r}", retry_after_s=0.0,
                                  fix=f"use one of {sorted(PRIORITIES)}")
-        prio = PRIORITIES[priority]
         if not self.cfg.enabled:
-            yield Ticket(tenant, priority, 0, 0.0, "admitted")
             return
         level = self.level
-        if level >= 5 or (prio and level >= self.cfg.batch_reject_level):
+        if level >= 5 or (PRIORITIES[priority] and level >= self.cfg.batch_reject_level):
             raise AdmissionError(f"overloaded (degrade level {level}); request shed",
                                  retry_after_s=self.cfg.reject_retry_after_s, fix="retry after Retry-After")
         self.check_rate(tenant, est_tokens)
+        if self.limiter.depth >= self.limiter.queue_size:
+            raise AdmissionError(f"admission queue is full ({self.limiter.queue_size} waiting)",
+                                 retry_after_s=self.cfg.reject_retry_after_s, fix="retry after Retry-After")
+
+    @asynccontextmanager
+    async def admit(self, tenant: str, *, priority: str = "interactive", est_tokens: int = 1,
+                    checked: bool = False) -> AsyncIterator[Ticket]:
+        """Hold a slot for the body of the ``async with``; yields the :class:`Ticket`.
+
+        ``checked=True``: :meth:`check` already ran for this request (e.g. before an SSE stream began).
+        """
+        if not checked:
+            self.check(tenant, priority, est_tokens)
+        if not self.cfg.enabled:
+            yield Ticket(tenant, priority, 0, 0.0, "admitted")
+            return
+        prio = PRIORITIES[priority]
         t0 = time.perf_counter()
         queued = await self.limiter.acquire(prio, self.cfg.queue_timeout_s)
         wait_ms = (time.perf_counter() - t0) * 1000

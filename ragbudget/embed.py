@@ -10,6 +10,7 @@ import hashlib
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -106,6 +107,9 @@ class SentenceTransformerEmbedder:
         self._model = None
         self._dim: int | None = None
         self._lock = threading.Lock()
+        # Recent query vectors: the semantic cache and the dense retriever embed the same question.
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._recent_max = 1024
 
     def warm_up(self) -> None:
         if self._model is not None:
@@ -114,7 +118,11 @@ class SentenceTransformerEmbedder:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                import torch
                 from sentence_transformers import SentenceTransformer
+
+                if self.config.threads:
+                    torch.set_num_threads(self.config.threads)
 
                 m = SentenceTransformer(str(self.path), device=self.config.device, local_files_only=True)
                 self._dim = int(m.get_embedding_dimension() if hasattr(m, "get_embedding_dimension")
@@ -151,4 +159,16 @@ class SentenceTransformerEmbedder:
         return np.stack([found[k] for k in keys]).astype(np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._encode([text])[0]
+        """One query vector; the last ``1024`` queries are kept in memory (read-only arrays)."""
+        with self._lock:
+            hit = self._recent.get(text)
+            if hit is not None:
+                self._recent.move_to_end(text)
+                return hit
+        vec = self._encode([text])[0]
+        vec.setflags(write=False)
+        with self._lock:
+            self._recent[text] = vec
+            if len(self._recent) > self._recent_max:
+                self._recent.popitem(last=False)
+        return vec

@@ -15,7 +15,8 @@ from typing import Sequence
 from ..errors import RagBudgetError
 
 # Command modules, in help order. Each is imported only when present (helpers add them).
-COMMAND_MODULES = ("index_cmds", "query_cmds", "eval_cmds", "model_cmds", "serve_cmds", "bench_cmds")
+COMMAND_MODULES = ("index_cmds", "query_cmds", "eval_cmds", "model_cmds", "serve_cmds", "bench_cmds",
+                   "cache_cmds")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
             mod.add_parser(sub)
         if hasattr(mod, "add_eval_parser"):
             mod.add_eval_parser(eval_sub)
+    # `--config` is accepted after the command too (`ragbudget serve --config c.yaml`).
+    for group in (sub, eval_sub):
+        for p in group.choices.values():
+            try:
+                p.add_argument("--config", dest="config", default=argparse.SUPPRESS, help="YAML config")
+            except argparse.ArgumentError:
+                pass  # the command defines its own --config
     return parser
 
 

@@ -45,7 +45,7 @@ class DenseIndex:
             index = faiss.IndexIVFFlat(quantizer, self.dim, cfg.ivf_nlist, faiss.METRIC_INNER_PRODUCT)
             index.train(self.vectors)
             index.nprobe = cfg.ivf_nprobe
-            index._quantizer_ref = quantizer  # keep the quantizer alive alongside the index
+            self._quantizer = quantizer  # keep the quantizer alive as long as the index
         else:
             if cfg.kind == "ivf":
                 self.notes.append(f"ivf needs ≥ {cfg.ivf_nlist * IVF_MIN_POINTS_PER_LIST} vectors to train "

@@ -149,19 +149,24 @@ class Generator(Protocol):
 
 
 class AsyncGenerationStream:
-    """Async iterator over a sync :class:`GenerationStream` run in a worker thread."""
+    """Async iterator over a sync token stream (a :class:`GenerationStream`, or anything iterating
+    TokenEvents with a ``.generation`` attribute) run in a worker thread."""
 
     _END = object()
 
-    def __init__(self, stream: GenerationStream) -> None:
+    def __init__(self, stream: Iterator[TokenEvent]) -> None:
         self._stream = stream
         self._queue: asyncio.Queue[object] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
     @property
+    def stream(self) -> Iterator[TokenEvent]:
+        return self._stream
+
+    @property
     def generation(self) -> Generation | None:
-        return self._stream.generation
+        return getattr(self._stream, "generation", None)
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._queue is not None
@@ -170,7 +175,9 @@ class AsyncGenerationStream:
             for ev in self._stream:
                 loop.call_soon_threadsafe(q.put_nowait, ev)
                 if self._stop.is_set():
-                    self._stream.close()
+                    close = getattr(self._stream, "close", None)
+                    if close:
+                        close()
                     break
         except BaseException as err:  # noqa: BLE001 - handed to the consumer
             loop.call_soon_threadsafe(q.put_nowait, err)
@@ -198,8 +205,8 @@ class AsyncGenerationStream:
     async def consume(self) -> Generation:
         async for _ in self:
             pass
-        assert self._stream.generation is not None
-        return self._stream.generation
+        assert self.generation is not None
+        return self.generation
 
 
 class BaseGenerator:

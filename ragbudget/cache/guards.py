@@ -1,0 +1,159 @@
+"""Semantic-hit guards: cheap lexical checks that veto a cosine match that would change the meaning.
+
+A high cosine says two questions talk about the same thing, not that they ask the same thing. A
+semantic hit is rejected when the stored and the new question differ in
+
+- numbers (digits or number words: "8" = "eight"; "4.4%" ≠ "4.6%"),
+- named entities (capitalised tokens not opening a sentence, acronyms; "Gmail" ≠ "Outlook"),
+- negation ("not", "no", "never", "n't", "without", ...),
+- content: too many content words (stemmed, stopwords removed) on either side that the other lacks —
+  the typical false paraphrase adds or drops a clause ("... although it is first among 18-49s").
+
+Every check is a pure function of the two texts; :func:`check` returns the first failing guard's name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import snowballstemmer
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:/]\d+)*")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;\"“(]\s*)$")
+
+NUMBER_WORDS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13",
+    "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17", "eighteen": "18",
+    "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60",
+    "seventy": "70", "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000",
+    "million": "1e6", "billion": "1e9", "trillion": "1e12", "first": "1st", "second": "2nd",
+    "third": "3rd", "half": "0.5", "dozen": "12", "once": "1x", "twice": "2x",
+}
+
+NEGATIONS = frozenset({
+    "not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor", "without",
+    "cannot", "cant", "can't", "won't", "don't", "doesn't", "didn't", "isn't", "aren't", "wasn't",
+    "weren't", "shouldn't", "wouldn't", "couldn't", "hasn't", "haven't", "hadn't", "mustn't", "unable",
+    "fail", "fails", "failed", "lack", "lacks",
+})
+
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most my
+myself of off on once only or other our ours ourselves out over own same she should so some such than
+that the their theirs them themselves then there these they this those through to too under until up
+very was we were what when where which while who whom why will with would you your yours yourself
+yourselves said says say told according would may might must shall us s t ll d m re ve y get got
+""".split())
+
+# Capitalised words that open questions or are pronouns/fillers, not entities.
+_NOT_ENTITIES = STOPWORDS | {"please", "hi", "hello", "thanks", "mr", "mrs", "ms", "dr", "st"}
+
+_stemmer = snowballstemmer.stemmer("english")
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """Which guards run, and how much unmatched content a hit may have."""
+
+    numbers: bool = True
+    entities: bool = True
+    negation: bool = True
+    content: bool = True
+    # Content guard: a side fails when more than ``max_unmatched`` of its content words are missing
+    # from the other side AND they are more than ``max_unmatched_ratio`` of its content words.
+    max_unmatched: int = 1
+    max_unmatched_ratio: float = 0.2
+
+
+@lru_cache(maxsize=4096)
+def _stem(word: str) -> str:
+    return _stemmer.stemWord(word)
+
+
+def _canon_number(tok: str) -> str:
+    t = tok.replace(",", "")
+    if re.fullmatch(r"[-+]?\d+\.\d+", t):
+        t = t.rstrip("0").rstrip(".")
+    return t.lstrip("+")
+
+
+def numbers(text: str) -> frozenset[str]:
+    """Numbers in ``text`` (digits and number words), canonicalised."""
+    found = {_canon_number(m.group(0)) for m in _NUMBER.finditer(text)}
+    found |= {NUMBER_WORDS[w] for w in (w.casefold() for w in _WORD.findall(text)) if w in NUMBER_WORDS}
+    return frozenset(found)
+
+
+def negation_count(text: str) -> int:
+    """How many negation cues ``text`` holds ("n't" contractions included)."""
+    n = 0
+    for w in _WORD.findall(text.replace("’", "'")):
+        lw = w.casefold()
+        if lw in NEGATIONS or lw.endswith("n't"):
+            n += 1
+    return n
+
+
+def entities(text: str) -> frozenset[str]:
+    """Named-entity-like tokens: capitalised words that do not open a sentence, acronyms, CamelCase."""
+    out: set[str] = set()
+    for m in _WORD.finditer(text.replace(".", "") if re.search(r"\b(?:[A-Z]\.){2,}", text) else text):
+        w = m.group(0)
+        lw = w.casefold()
+        base = re.sub(r"['’]s$", "", lw)
+        if not w[0].isupper() or base in _NOT_ENTITIES or lw in NUMBER_WORDS or base.isdigit():
+            continue
+        at_start = bool(_SENTENCE_START.search(text[:m.start()]))
+        acronym = len(w) > 1 and w.isupper()
+        camel = any(c.isupper() for c in w[1:]) and not w.isupper()
+        if at_start and not (acronym or camel):
+            continue
+        out.add(base)
+    return frozenset(out)
+
+
+def content_words(text: str) -> frozenset[str]:
+    """Stemmed, lowercased content words (stopwords, numbers and negations removed)."""
+    out = set()
+    for w in _WORD.findall(text.replace("’", "'")):
+        lw = re.sub(r"'s$", "", w.casefold())
+        if lw in STOPWORDS or lw in NEGATIONS or lw in NUMBER_WORDS or lw.endswith("n't") or lw.isdigit():
+            continue
+        if any(c.isdigit() for c in lw):
+            continue
+        out.add(_stem(lw))
+    return frozenset(out)
+
+
+def _unmentioned(ents: frozenset[str], other: str) -> bool:
+    """True when some entity is not mentioned (in any case) in ``other``."""
+    if not ents:
+        return False
+    words = {re.sub(r"['’]s$", "", w.casefold()) for w in _WORD.findall(other.replace(".", ""))}
+    return not ents <= words
+
+
+def _side_unmatched(mine: frozenset[str], other: frozenset[str], s: GuardSettings) -> bool:
+    missing = len(mine - other)
+    return missing > s.max_unmatched and missing > s.max_unmatched_ratio * max(len(mine), 1)
+
+
+def check(stored: str, new: str, settings: GuardSettings = GuardSettings()) -> str | None:
+    """Name of the first guard that rejects serving ``stored``'s answer for ``new``; None if all pass."""
+    if settings.numbers and numbers(stored) != numbers(new):
+        return "numbers"
+    if settings.negation and negation_count(stored) != negation_count(new):
+        return "negation"
+    if settings.entities and (_unmentioned(entities(stored), new) or _unmentioned(entities(new), stored)):
+        return "entities"
+    if settings.content:
+        a, b = content_words(stored), content_words(new)
+        if _side_unmatched(a, b, settings) or _side_unmatched(b, a, settings):
+            return "content"
+    return None

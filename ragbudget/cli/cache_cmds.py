@@ -1,0 +1,68 @@
+"""``ragbudget eval cache PAIRS.tsv``: semantic-cache hit and false-hit rates on labelled pairs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from ..config import load_config
+from ..embed import SentenceTransformerEmbedder
+from ..errors import ConfigError
+from ..eval.cache_eval import evaluate_pairs, load_pairs
+
+
+def _thresholds(text: str) -> list[float]:
+    try:
+        ts = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError(f"--sweep: expected comma-separated numbers, got {text!r}",
+                          fix="e.g. --sweep 0.80,0.85,0.90") from None
+    if not ts or any(not 0 <= t <= 1 for t in ts):
+        raise ConfigError(f"--sweep: thresholds must lie in [0, 1], got {text!r}")
+    return ts
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = load_config(getattr(args, "config", None))
+    sem = cfg.cache.semantic
+    if args.threshold is not None:
+        if not 0 <= args.threshold <= 1:
+            raise ConfigError(f"--threshold must lie in [0, 1], got {args.threshold}")
+        sem = sem.model_copy(update={"threshold": args.threshold})
+    if args.no_guards:
+        sem = sem.model_copy(update={"guards": False})
+    pairs = load_pairs(args.pairs)
+    embedder = SentenceTransformerEmbedder(cfg.embedding.model_copy(update={"cache": False}))
+    if args.sweep:
+        rows = evaluate_pairs(pairs, embedder, sem, thresholds=_thresholds(args.sweep))
+        table = Table(title=f"semantic cache on {args.pairs} ({len(pairs)} pairs, guards "
+                            f"{'on' if sem.guards else 'off'})")
+        for col in ("threshold", "hit_rate", "false_hit_rate", "rejected_by_guard"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(f"{r['threshold']:.3f}", f"{r['hit_rate']:.3f}", f"{r['false_hit_rate']:.4f}",
+                          str(r["rejected_by_guard"]))
+        Console().print(table)
+        if args.json:
+            print(json.dumps({"sweep": rows}))
+        return 0
+    (r,) = evaluate_pairs(pairs, embedder, sem)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print(f"pairs {r['pairs']}  threshold {r['threshold']:.3f}  hit_rate {r['hit_rate']:.3f}  "
+              f"false_hit_rate {r['false_hit_rate']:.4f}  (guards {'on' if sem.guards else 'off'})")
+    return 0
+
+
+def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:
+    p = eval_sub.add_parser("cache", help="semantic-cache hit / false-hit rates on labelled pairs")
+    p.add_argument("pairs", help="TSV with header 'label text_a text_b'")
+    p.add_argument("--threshold", type=float, default=None, help="cosine threshold (default: config)")
+    p.add_argument("--sweep", default=None, help="comma-separated thresholds, printed as a table")
+    p.add_argument("--no-guards", action="store_true", help="cosine only (to see what the guards add)")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.set_defaults(handler=_run)

@@ -1,0 +1,76 @@
+"""``ragbudget eval answers DIR --budget N [--json] [--sweep ...]`` and ``ragbudget eval history DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..config import load_config
+from ..embed import EmbeddingCache, SentenceTransformerEmbedder
+from ..eval.answers import evaluate_answers
+from ..eval.history_eval import evaluate_history, load_canard
+from ..rerank import make_reranker
+from ..tokens import Tokenizer
+
+
+def _budgets(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError("budgets must be non-negative integers")
+    return vals
+
+
+def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:
+    p = eval_sub.add_parser("answers", help="answer-in-context under a retrieved-context budget")
+    p.add_argument("dir", help="answers folder (corpus.jsonl + questions.jsonl)")
+    p.add_argument("--budget", type=int, default=None, help="retrieved-context budget in tokens")
+    p.add_argument("--sweep", type=_budgets, default=None, help="comma-separated budgets, e.g. 200,400,800")
+    p.add_argument("--limit", type=int, default=None, help="first N questions only")
+    p.add_argument("--no-baseline", action="store_true", help="skip the dense top-k baseline")
+    p.add_argument("--embedding-cache", default=".ragbudget/embeddings.sqlite")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.set_defaults(handler=run_answers)
+    h = eval_sub.add_parser("history", help="CANARD: does the kept history hold what the rewrite needed")
+    h.add_argument("dir", nargs="?", default="../shared/data/canard")
+    h.add_argument("--sweep", type=_budgets, default=[0, 32, 64, 128, 256, 512])
+    h.add_argument("--limit", type=int, default=None)
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(handler=run_history)
+
+
+def run_answers(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    budgets = args.sweep or [args.budget if args.budget is not None else cfg.budget.retrieved.cap or 1200]
+    emb = SentenceTransformerEmbedder(cfg.embedding, EmbeddingCache(args.embedding_cache)
+                                      if cfg.embedding.cache else None)
+    rep = evaluate_answers(args.dir, cfg, emb, make_reranker(cfg.rerank, emb), budgets, limit=args.limit,
+                           baseline=not args.no_baseline)
+    print(f"{rep.chunks} chunks; {rep.retriever}; rerank {cfg.rerank.kind}; trim order {cfg.trim.order}",
+          file=sys.stderr)
+    print(f"{'method':<12} {'budget':>6} {'answer_in_context':>17} {'tokens_mean':>11} {'tokens_p95':>10}")
+    for r in rep.results:
+        print(f"{r.method:<12} {r.budget:>6} {r.answer_in_context:>17.3f} {r.context_tokens_mean:>11.1f} "
+              f"{r.context_tokens_p95:>10.1f}")
+    if args.json:
+        main = rep.budgeted()[-1] if len(budgets) == 1 else None
+        obj = main.as_dict() if main else {"sweep": [r.as_dict() for r in rep.results]}
+        if main:
+            obj.pop("method")
+        print(json.dumps(obj))
+    return 0
+
+
+def run_history(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    recs = load_canard(args.dir, args.limit)
+    res = evaluate_history(recs, args.sweep, Tokenizer(cfg.tokenizer.encoding), cfg.trim)
+    print(f"{'budget':>6} {'turns':>6} {'needed_kept':>11} {'fully_kept':>10} {'tokens_mean':>11}")
+    for r in res:
+        print(f"{r.budget:>6} {r.turns:>6} {r.needed_kept:>11.3f} {r.fully_kept:>10.3f} {r.history_tokens_mean:>11.1f}")
+    if args.json:
+        print(json.dumps({"sweep": [r.as_dict() for r in res]}))
+    return 0

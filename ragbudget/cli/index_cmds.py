@@ -1,0 +1,168 @@
+"""``ragbudget ingest``, ``ragbudget search`` and ``ragbudget eval retrieval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..config import Config, load_config
+from ..eval.retrieval import evaluate, load_beir
+from ..index import HybridIndex, IngestReport, default_embedder, ingest_path
+from ..retrieve import MODES, HybridRetriever
+
+STAGE_LABEL = {"load": "reading files", "chunk": "chunking", "embed": "embedding new chunks",
+               "index": "building indexes", "save": "saving"}
+
+
+@contextmanager
+def _progress(console: Console, quiet: bool) -> Iterator:
+    """A ``progress(stage, done, total)`` callback drawn with rich (a no-op when quiet)."""
+    if quiet:
+        yield None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(STAGE_LABEL.get(stage, stage), total=max(total, 1))
+            bar.update(tasks[stage], completed=done, total=max(total, 1))
+
+        yield update
+
+
+def _config(args: argparse.Namespace) -> Config:
+    cfg = load_config(getattr(args, "config", None))
+    if getattr(args, "index_dir", None):
+        cfg = cfg.with_overrides({"index.dir": args.index_dir})
+    return cfg
+
+
+def print_report(report: IngestReport, console: Console) -> None:
+    t = Table(title=f"ingest → index {report.index!r}", show_header=False)
+    rows = [("files read", report.files_read), ("records read", report.records_read),
+            ("files/records skipped", len(report.skipped)), ("files failed", len(report.failed)),
+            ("documents", report.documents), ("chunks added", report.chunks_added),
+            ("chunks unchanged", report.chunks_unchanged), ("chunks removed", report.chunks_removed),
+            ("documents removed", report.documents_removed), ("chunks embedded", report.embedded),
+            ("content version", report.content_version), ("seconds", f"{report.seconds:.2f}")]
+    for k, v in rows:
+        t.add_row(k, str(v))
+    console.print(t)
+    for where, why in report.skipped:
+        console.print(f"[yellow]skipped[/] {where}: {why}")
+    for where, why in report.failed:
+        console.print(f"[red]failed[/] {where}: {why}")
+    for note in report.notes:
+        console.print(f"[cyan]note[/] {note}")
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    out, err = Console(), Console(stderr=True)
+    embedder = default_embedder(cfg)
+    with _progress(err, args.quiet) as progress:
+        report = ingest_path(args.path, args.index, cfg, embedder, rebuild=args.rebuild, progress=progress)
+    print_report(report, out)
+    return 0 if (report.documents or report.files_read) else 1
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    embedder = default_embedder(cfg)
+    index = HybridIndex.load(args.index, cfg, model_id=embedder.model_id)
+    retriever = HybridRetriever(index, cfg.retrieval, embedder)
+    timings: dict[str, float] = {}
+    notes: list[str] = []
+    hits = retriever.retrieve(args.query, k=args.k, mode=args.mode, timings=timings, notes=notes)
+    retriever.close()
+    if args.json:
+        print(json.dumps({"query": args.query, "mode": args.mode or cfg.retrieval.mode, "index": index.name,
+                          "index_version": index.version, "results": [h.to_dict() for h in hits],
+                          "timings_ms": timings, "notes": notes}, default=str))
+        return 0
+    console = Console()
+    t = Table(title=f"{args.query!r} · index {index.name} · {args.mode or cfg.retrieval.mode}")
+    for col in ("#", "score", "dense", "bm25", "source", "text"):
+        t.add_column(col, overflow="fold")
+    for i, h in enumerate(hits, start=1):
+        fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
+        label = h.chunk.title or h.chunk.source
+        t.add_row(str(i), f"{h.score:.4f}", fmt(h.dense_score), fmt(h.sparse_score),
+                  f"{label} [{h.chunk.source}#{h.chunk.position}]", h.chunk.text[:200].replace("\n", " "))
+    console.print(t)
+    console.print("timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    for n in notes:
+        console.print(f"[cyan]note[/] {n}")
+    if not hits:
+        console.print("no results: the index is empty or nothing matched")
+    return 0
+
+
+def cmd_eval_retrieval(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    err = Console(stderr=True)
+    beir = load_beir(args.dir)
+    embedder = default_embedder(cfg)  # embedding cache lives in the configured index dir
+    with tempfile.TemporaryDirectory(prefix="ragbudget-eval-") as tmp:
+        icfg = cfg if args.index else cfg.with_overrides({"index.dir": tmp})
+        name = args.index or "eval"
+        with _progress(err, args.json) as progress:
+            index = HybridIndex.open_or_create(name, icfg, embedder)
+            report = index.ingest(beir.corpus_path, embedder, progress=progress, save=bool(args.index))
+        retriever = HybridRetriever(index, cfg.retrieval, embedder)
+        metrics = evaluate(retriever, beir, args.mode or cfg.retrieval.mode, limit_queries=args.limit_queries)
+        retriever.close()
+    if not args.json:
+        t = Table(title=f"retrieval eval · {beir.folder.name} · {args.mode or cfg.retrieval.mode} · "
+                        f"{report.chunks_added + report.chunks_unchanged} chunks")
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        for k, v in metrics.items():
+            t.add_row(k, f"{v}")
+        Console().print(t)
+    if args.json:
+        print(json.dumps(metrics))
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index-dir", default=None, help="folder holding indexes (default: config index.dir)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="index a folder or file (.txt .md .html .pdf .jsonl)")
+    p.add_argument("path")
+    p.add_argument("--index", default="default", help="index name (default: default)")
+    p.add_argument("--rebuild", action="store_true", help="start the index from empty (e.g. after a model change)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _common(p)
+    p.set_defaults(handler=cmd_ingest)
+
+    s = sub.add_parser("search", help="hybrid search an index")
+    s.add_argument("query")
+    s.add_argument("--index", default="default")
+    s.add_argument("-k", type=int, default=10)
+    s.add_argument("--mode", choices=MODES, default=None)
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    _common(s)
+    s.set_defaults(handler=cmd_search)
+
+
+def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:
+    e = eval_sub.add_parser("retrieval", help="nDCG@10, recall, MRR and latency on a BEIR-layout folder")
+    e.add_argument("dir")
+    e.add_argument("--mode", choices=MODES, default=None)
+    e.add_argument("--json", action="store_true", help="print the metrics as one JSON object (last line)")
+    e.add_argument("--limit-queries", type=int, default=None)
+    e.add_argument("--index", default=None, help="keep the corpus in this named index (default: a temp one)")
+    _common(e)
+    e.set_defaults(handler=cmd_eval_retrieval)

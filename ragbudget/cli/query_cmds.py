@@ -1,0 +1,113 @@
+"""``ragbudget quickstart``, ``ragbudget query`` and ``ragbudget info``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..config import Config, load_config
+from ..pipeline import RAG
+from ..types import Answer, FinalEvent, ProgressEvent, TokenEvent
+
+SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "sample_docs"
+QUICKSTART_QUESTIONS = (
+    "How is unused budget lent between sections?",
+    "When does the semantic cache reject a hit?",
+    "What did prefix reuse do to time to first token on llama.cpp?",
+    "How are budgets lent between sections?",  # a paraphrase of the first: served from cache
+)
+
+
+def _config(args: argparse.Namespace) -> Config:
+    cfg = load_config(getattr(args, "config", None))
+    if getattr(args, "index_dir", None):
+        cfg = cfg.with_overrides({"index.dir": args.index_dir})
+    return cfg
+
+
+def print_answer(ans: Answer, console: Console, *, show_ledger: bool = False) -> None:
+    console.print(f"[bold]Q:[/] {ans.question}")
+    label = " [dim](extractive: sentences quoted from the sources)[/]" if ans.extractive else ""
+    console.print(f"[bold]A:[/] {ans.answer}{label}")
+    cited = {c.chunk_id for c in ans.citations}
+    for i, s in enumerate(ans.context, 1):  # numbered as in the prompt, so [n] in the answer matches
+        if s.chunk.id in cited:
+            console.print(f"   \\[{i}] {s.chunk.title or s.chunk.source} [dim]({s.chunk.source}, part {s.chunk.position})[/]",
+                          highlight=False)
+    st = ans.timings.stages
+    parts = [f"total {ans.timings.total_ms:.1f} ms"]
+    if ans.timings.ttft_ms is not None:
+        parts.append(f"TTFT {ans.timings.ttft_ms:.1f} ms")
+    parts += [f"{k} {v:.1f}" for k, v in st.items() if k in ("embed", "dense", "sparse", "fusion", "rerank",
+                                                                  "trim", "prompt", "generate")]
+    console.print(f"   [dim]{' · '.join(parts)} · route {ans.route} · cache {ans.cache_layer or 'miss'} · "
+                  f"tokens in {ans.usage.prompt_tokens} out {ans.usage.completion_tokens}[/]")
+    if show_ledger:
+        t = Table(title="ledger", show_lines=False)
+        for col in ("section", "budget", "used", "items", "dropped", "compressed"):
+            t.add_column(col, justify="right" if col != "section" else "left")
+        for name, s in ans.ledger.sections.items():
+            t.add_row(name, str(s.budget), str(s.used), str(s.items_in), str(len(s.dropped)), str(len(s.compressed)))
+        console.print(t)
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    console = Console()
+    rag = RAG(cfg, index="quickstart")
+    console.print(f"[bold]ragbudget quickstart[/]: indexing the bundled docs ({SAMPLE_DOCS}) into "
+                  f"{Path(cfg.index.dir) / 'quickstart'} (offline: bundled MiniLM, extractive answers)")
+    report = rag.ingest(SAMPLE_DOCS)
+    console.print(f"indexed {report.documents} documents → {report.chunks_added} new chunks, "
+                  f"{report.chunks_unchanged} unchanged, in {report.seconds:.1f} s\n")
+    for i, q in enumerate(QUICKSTART_QUESTIONS):
+        ans = rag.query(q)
+        print_answer(ans, console, show_ledger=(i == 0))
+        console.print()
+    rag.close()
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    rag = RAG(cfg, index=args.index)
+    history = json.loads(Path(args.history).read_text(encoding="utf-8")) if args.history else None
+    if args.json:
+        ans = rag.query(args.question, history=history, mode=args.mode)
+        print(json.dumps(ans.to_dict(), default=str))
+        return 0
+    console = Console()
+    final = None
+    for ev in rag.stream(args.question, history=history, mode=args.mode):
+        if isinstance(ev, ProgressEvent):
+            console.print(f"[dim]… {ev.stage}[/]", highlight=False)
+        elif isinstance(ev, TokenEvent):
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, FinalEvent):
+            final = ev.answer
+    sys.stdout.write("\n")
+    if final is not None:
+        print_answer(final, console, show_ledger=args.ledger)
+    return 0 if final is not None and not final.partial else 1
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quickstart", help="index the bundled docs and answer a few questions (offline)")
+    p.add_argument("--index-dir", default=None, help="where indexes live (default: index.dir, ./indexes)")
+    p.set_defaults(handler=cmd_quickstart)
+
+    q = sub.add_parser("query", help="answer a question from an index (streams tokens)")
+    q.add_argument("question")
+    q.add_argument("--index", default=None, help="index name (default: index.name)")
+    q.add_argument("--index-dir", default=None)
+    q.add_argument("--mode", default=None, help="response mode (e.g. concise, detailed)")
+    q.add_argument("--history", default=None, help='JSON file: [{"role": "user", "content": "..."}, ...]')
+    q.add_argument("--ledger", action="store_true", help="print the budget ledger")
+    q.add_argument("--json", action="store_true", help="print the whole answer as one JSON object")
+    q.set_defaults(handler=cmd_query)

@@ -1,0 +1,163 @@
+"""One request's context assembly: allocate → rerank → trim → history → prompt, with the ledger filled.
+
+``ContextBuilder(config, tokenizer, reranker).build(question, retrieved, history, mode, window=None)``
+returns a :class:`BuiltContext`. The router re-fits to a smaller model by calling ``build`` again with
+``window=`` (and ``output_limit=`` for that tier's max output).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from .budget import SECTIONS, allocate, lend
+from .config import Config
+from .errors import BudgetError, QueryError
+from .history import Summarize, coerce_history, fit_history
+from .prompt import DATA_NOTICE, build_prompt, doc_header, static_prefix
+from .rerank import Reranker
+from .rerank import rerank as rerank_items
+from .tokens import Tokenizer
+from .trim import SentencePlan
+from .types import Allocation, Ledger, Prompt, Scored
+
+
+@dataclass
+class BuiltContext:
+    """The assembled prompt, the chunks that reached it (trimmed), the allocation and the ledger."""
+
+    prompt: Prompt
+    context: list[Scored]
+    allocation: Allocation
+    ledger: Ledger
+    question: str  # as it went into the prompt (possibly truncated)
+
+
+class ContextBuilder:
+    """Builds budgeted prompts for one configuration. Stateless per request; safe to share."""
+
+    def __init__(self, config: Config, tokenizer: Tokenizer, reranker: Reranker | None = None,
+                 summarize: Summarize | None = None) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.reranker = reranker
+        self.summarize = summarize
+        # fixed per mode; measured once
+        self._docs_overhead = tokenizer.count(f"<documents>\n{DATA_NOTICE}\n\n\n</documents>") + 2
+
+    def build(self, question: str, retrieved: Sequence[Scored], history: Sequence[Any] | None = None,
+              mode: str | None = None, window: int | None = None, *, output_limit: int | None = None,
+              timestamp: str | None = None, ledger: Ledger | None = None, max_tokens: int | None = None,
+              rerank: bool = True, retrieved_scale: float = 1.0,
+              timings: dict[str, float] | None = None) -> BuiltContext:
+        """Assemble the prompt for one request.
+
+        ``window``: the target model's context window (default ``budget.context_window``);
+        ``max_tokens``: requested output tokens (default the mode's), clamped to the output section and
+        ``output_limit``; ``rerank=False`` skips reranking and sentence scoring (degraded mode);
+        ``retrieved_scale`` shrinks the retrieved budget (e.g. 0.5 under load); ``timings`` receives ms for
+        ``rerank``, ``trim``, ``prompt``.
+        """
+        cfg = self.config
+        timings = timings if timings is not None else {}
+        scorer = self.reranker if rerank else None
+        if not isinstance(question, str) or not question.strip():
+            raise QueryError("the question is empty", fix="pass a question with at least one word")
+        mode = mode or cfg.prompt.default_mode
+        prefix = static_prefix(cfg.prompt, mode)
+        ledger = ledger if ledger is not None else Ledger()
+        base = allocate(cfg.budget, window=window, output_tokens=max_tokens or cfg.prompt.modes[mode].max_tokens,
+                        output_limit=output_limit)
+        # measure demands of the fixed-size sections, then lend unused budget
+        sys_used = self.tokenizer.count(prefix)
+        if sys_used > base.system:
+            raise BudgetError(f"the static prompt prefix needs {sys_used} tokens, over the system budget "
+                              f"of {base.system}", fix="shorten prompt.system/policies/few_shot or raise "
+                                                       "budget.system.cap")
+        q_tokens = self.tokenizer.count(question) + 4  # "Question: " label
+        hist_full = fit_history(history, 10 ** 9, self.tokenizer, cfg.trim)  # validates and measures
+        if not 0 <= retrieved_scale <= 1:
+            raise BudgetError(f"retrieved_scale must be in [0, 1], got {retrieved_scale}")
+        base = replace(base, retrieved=int(base.retrieved * retrieved_scale))
+        alloc = lend(base, {"system": sys_used, "question": min(q_tokens, base.question),
+                            "history": hist_full.used, "output": base.output}, cfg.budget.lend)
+        for name in SECTIONS:
+            ledger.section(name, getattr(alloc, name))
+        s = ledger.section("system", alloc.system)
+        s.budget, s.used, s.items_in = alloc.system, sys_used, 1
+        # question: never dropped, truncated when over its budget
+        qs = ledger.section("question", alloc.question)
+        qs.budget = alloc.question
+        if q_tokens > alloc.question:
+            if cfg.budget.strict:
+                raise BudgetError(f"the question has {q_tokens} tokens, over its budget of {alloc.question}",
+                                  fix="shorten the question or raise budget.question.cap")
+            question = self.tokenizer.truncate(question, max(alloc.question - 4, 1))
+            ledger.flags.append("question_truncated")
+            qs.notes.append(f"question truncated from {q_tokens} to {alloc.question} tokens")
+            q_tokens = self.tokenizer.count(question) + 4
+        qs.used, qs.items_in = q_tokens, 1
+        # history
+        hist = fit_history(history, alloc.history, self.tokenizer, cfg.trim, query=question,
+                           summarize=self.summarize)
+        hs = ledger.section("history", alloc.history)
+        hs.budget, hs.used, hs.items_in = alloc.history, hist.used, len(hist.messages)
+        hs.dropped.extend(hist.dropped)
+        hs.compressed.extend(hist.compressed)
+        hs.notes.extend(hist.notes)
+        # retrieved: the history's leftover goes to retrieved only when policy says so (already lent)
+        rs = ledger.section("retrieved", alloc.retrieved)
+        rs.budget = alloc.retrieved
+        items = self._clean(retrieved, rs.notes, rs.dropped)
+        t0 = time.perf_counter()
+        ranked = rerank_items(question, items, scorer, cfg.rerank)
+        timings["rerank"] = (time.perf_counter() - t0) * 1000
+        rs.dropped.extend(ranked.dropped)
+        overhead = max(self.tokenizer.count(doc_header(len(ranked.kept) or 1, s)) for s in ranked.kept) + 2 \
+            if ranked.kept else 0
+        room = max(alloc.retrieved - self._docs_overhead, 0)
+        t0 = time.perf_counter()
+        plan = SentencePlan.build(question, ranked.kept, self.tokenizer, scorer, cfg.trim)
+        trimmed = plan.pack(room, cfg.trim, self.tokenizer, overhead_per_chunk=overhead)
+        timings["trim"] = (time.perf_counter() - t0) * 1000
+        rs.dropped.extend(trimmed.dropped)
+        rs.compressed.extend(trimmed.compressed)
+        if not trimmed.kept:
+            rs.notes.append("no documents reached the prompt" + (" (retrieval was empty)" if not items else ""))
+        prompt = build_prompt(cfg.prompt, self.tokenizer, question=question, context=trimmed.kept,
+                              history=hist.messages, mode=mode, timestamp=timestamp, layout=cfg.prompt.layout)
+        rs.used = trimmed.used + (self._docs_overhead if trimmed.kept else 0)
+        rs.items_in = len(trimmed.kept)
+        os_ = ledger.section("output", alloc.output)
+        os_.budget, os_.notes = alloc.output, [f"mode {mode!r}: max_tokens {alloc.output}"]
+        ledger.prompt.update({"fingerprint": prompt.prefix_fingerprint,
+                              "static_prefix_tokens": prompt.static_prefix_tokens,
+                              "total_tokens": prompt.total_tokens, "version": cfg.prompt.version,
+                              "mode": mode, "window": alloc.window})
+        if prompt.total_tokens + alloc.output > alloc.window:
+            ledger.flags.append("over_window")
+        return BuiltContext(prompt=prompt, context=trimmed.kept, allocation=alloc, ledger=ledger,
+                            question=question)
+
+    @staticmethod
+    def _clean(retrieved: Sequence[Scored] | None, notes: list[str], dropped: list[dict[str, Any]]) -> list[Scored]:
+        """Drop non-text chunks (with a ledger entry) and exact duplicates by chunk id."""
+        out, seen = [], set()
+        for s in retrieved or []:
+            if not isinstance(s, Scored):
+                raise QueryError(f"retrieved items must be Scored, got {type(s).__name__}")
+            if not isinstance(s.chunk.text, str):
+                dropped.append({"chunk_id": s.chunk.id, "reason": "non-text content"})
+                continue
+            if not s.chunk.text.strip():
+                dropped.append({"chunk_id": s.chunk.id, "reason": "empty text"})
+                continue
+            if s.chunk.id in seen:
+                continue
+            seen.add(s.chunk.id)
+            out.append(s)
+        return out
+
+
+__all__ = ["BuiltContext", "ContextBuilder", "coerce_history"]

@@ -1,0 +1,79 @@
+"""Semantic-cache evaluation on labelled pairs (``label text_a text_b``, DESIGN.md "pairs").
+
+For each pair, ``text_a`` is stored (in a scope of its own) and ``text_b`` looked up through the real
+:class:`~ragbudget.cache.SemanticResponseCache` (same threshold, guards and verifier as in service).
+``hit_rate`` is over label-1 pairs (right hits), ``false_hit_rate`` over label-0 pairs (wrong answers).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..cache import MemoryBackend, ResponseScope, SemanticResponseCache, Verifier
+from ..config import SemanticCacheConfig
+from ..embed import Embedder
+from ..errors import IngestError
+
+
+@dataclass(frozen=True)
+class Pair:
+    label: int
+    text_a: str
+    text_b: str
+
+
+def load_pairs(path: str | Path) -> list[Pair]:
+    """Read a pairs TSV (header ``label text_a text_b``); a malformed file is an IngestError."""
+    p = Path(path)
+    if not p.is_file():
+        raise IngestError(f"pairs file not found: {p}", fix="pass a TSV with header 'label text_a text_b'")
+    pairs: list[Pair] = []
+    with p.open(newline="", encoding="utf-8") as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(rows, None)
+        if header is None or [h.strip() for h in header[:3]] != ["label", "text_a", "text_b"]:
+            raise IngestError(f"{p}: first line must be the header 'label<TAB>text_a<TAB>text_b', got {header!r}")
+        for n, row in enumerate(rows, start=2):
+            if not row:
+                continue
+            if len(row) < 3 or row[0].strip() not in ("0", "1"):
+                raise IngestError(f"{p}:{n}: expected 'label(0|1)<TAB>text_a<TAB>text_b', got {row[:3]!r}")
+            pairs.append(Pair(int(row[0]), row[1], row[2]))
+    if not pairs:
+        raise IngestError(f"{p}: no pairs after the header")
+    return pairs
+
+
+def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embedder,
+           config: SemanticCacheConfig, verifier: Verifier | None) -> dict[str, Any]:
+    cache = SemanticResponseCache(MemoryBackend(max_entries=len(pairs) + 1), embedder,
+                                  config.model_copy(update={"max_entries": len(pairs) + 1}), verifier=verifier)
+    hits = {0: 0, 1: 0}
+    totals = {0: 0, 1: 0}
+    for i, (p, a, b) in enumerate(zip(pairs, va, vb)):
+        scope = ResponseScope(tenant=f"pair-{i}", index_version="eval", prompt_version="eval", model_tier="eval",
+                              max_tokens=0)
+        cache.store(scope, p.text_a, {"answer": f"answer-{i}"}, embedding=a)
+        hit = cache.lookup(scope, p.text_b, embedding=b)
+        totals[p.label] += 1
+        hits[p.label] += int(hit is not None)
+    return {"threshold": config.threshold, "guards": config.guards,
+            "hit_rate": hits[1] / totals[1] if totals[1] else 0.0,
+            "false_hit_rate": hits[0] / totals[0] if totals[0] else 0.0,
+            "pairs": len(pairs), "positives": totals[1], "negatives": totals[0],
+            "rejected_by_guard": cache.stats.rejected_by_guard}
+
+
+def evaluate_pairs(pairs: Sequence[Pair], embedder: Embedder, config: SemanticCacheConfig | None = None, *,
+                   thresholds: Sequence[float] | None = None, verifier: Verifier | None = None) -> list[dict[str, Any]]:
+    """One result dict per threshold (default: the config's). Texts are embedded once, in batches."""
+    cfg = config or SemanticCacheConfig()
+    va = embedder.embed([p.text_a for p in pairs])
+    vb = embedder.embed([p.text_b for p in pairs])
+    ts = list(thresholds) if thresholds else [cfg.threshold]
+    return [_score(pairs, va, vb, embedder, cfg.model_copy(update={"threshold": float(t)}), verifier) for t in ts]

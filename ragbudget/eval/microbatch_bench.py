@@ -1,0 +1,106 @@
+"""Query-embedding latency under concurrency, unbatched vs :class:`~ragbudget.microbatch.MicroBatcher`.
+
+    python -m ragbudget.eval.microbatch_bench --requests 96 --concurrency 1 4 8 16 --wait 0 2 5
+
+Closed loop: C threads embed distinct real questions (Cranfield + SQuAD) back to back; every cell sends
+the same ``--requests`` texts. Reports P50/P95/P99 per call and throughput, one table from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..config import EmbeddingConfig
+from ..embed import SentenceTransformerEmbedder
+from ..microbatch import MicroBatcher
+from .metrics import percentile
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "eval"
+
+
+def questions(limit: int) -> list[str]:
+    out: list[str] = []
+    for f in (DATA / "cranfield" / "queries.jsonl", DATA / "squad2" / "questions.jsonl"):
+        if f.is_file():
+            out += [json.loads(x)["text"] for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return out[:limit]
+
+
+def run_cell(embed_query: Callable[[str], Any], texts: Sequence[str], concurrency: int) -> dict[str, float]:
+    lat: list[float] = []
+    lock = threading.Lock()
+    it = iter(texts)
+
+    def worker() -> None:
+        for t in it:
+            t0 = time.perf_counter()
+            embed_query(t)
+            ms = (time.perf_counter() - t0) * 1000
+            with lock:
+                lat.append(ms)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        for f in [pool.submit(worker) for _ in range(concurrency)]:
+            f.result()
+    wall = time.perf_counter() - t0
+    return {"p50_ms": round(percentile(lat, 50), 2), "p95_ms": round(percentile(lat, 95), 2),
+            "p99_ms": round(percentile(lat, 99), 2), "qps": round(len(lat) / wall, 1)}
+
+
+def run(n_requests: int, concurrency: Sequence[int], waits: Sequence[float], max_batch: int) -> list[dict[str, Any]]:
+    emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=False))
+    emb.warm_up()
+    texts = questions(n_requests)
+    run_cell(emb.embed_query, texts[:16], 1)  # warm the model's kernels
+    rows = []
+    for c in concurrency:
+        cells: list[tuple[str, Callable[[str], Any], MicroBatcher | None]] = [("unbatched", emb.embed_query, None)]
+        for w in waits:
+            mb = MicroBatcher(emb, max_batch=max_batch, max_wait_ms=w)
+            cells.append((f"batched wait={w:g}ms", mb.embed_query, mb))
+        for name, fn, mb in cells:
+            emb._recent.clear()  # the embedder's recent-query memory would turn repeats into free hits
+            row: dict[str, Any] = {"concurrency": c, "mode": name, **run_cell(fn, texts, c)}
+            if mb is not None:
+                row["mean_batch"] = round(mb.stats.mean_batch, 2)
+                mb.close()
+            rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    base = {r["concurrency"]: r for r in rows if r["mode"] == "unbatched"}
+    out = ["| concurrency | mode | P50 ms | P95 ms | P99 ms | queries/s | mean batch | P95 vs unbatched |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = r["p95_ms"] / base[r["concurrency"]]["p95_ms"] if base[r["concurrency"]]["p95_ms"] else 0
+        out.append(f"| {r['concurrency']} | {r['mode']} | {r['p50_ms']} | {r['p95_ms']} | {r['p99_ms']} | "
+                   f"{r['qps']} | {r.get('mean_batch', 1)} | {ratio:.2f}× |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=96)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
+    ap.add_argument("--wait", type=float, nargs="+", default=[0.0, 2.0, 5.0], help="max_wait_ms values")
+    ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    rows = run(args.requests, args.concurrency, args.wait, args.max_batch)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

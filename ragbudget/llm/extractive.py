@@ -1,0 +1,167 @@
+"""The offline default backend: a short cited answer built from the budgeted context, no model.
+
+Query-aware sentence selection: each context sentence is scored by the stemmed query terms it contains
+(weighted by inverse sentence frequency) plus a small bonus for the passage's retrieval rank; the best
+sentences (within ``max_tokens``) are joined, each followed by its citation ``[n]``, and streamed word by
+word. The backend name is ``extractive`` (``Generation.backend``), so callers can label the answer as
+extracted rather than written by a model. When no sentence shares a term with the question it says that
+the documents do not contain the answer.
+
+Context comes from the explicit ``context`` argument (``list[Scored]``, numbered [1], [2]… in order) or,
+without it, is parsed from the prompt text: passages introduced by ``[n]`` at the start of a line, either
+``[n] text`` or the ``ragbudget.prompt`` fence (``[n] source — title`` header, text on the next lines,
+inside ``<documents>``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import snowballstemmer
+
+from ..tokens import Tokenizer
+from ..types import Prompt, Scored
+from .base import BaseGenerator, StreamState
+
+NO_ANSWER = "The retrieved documents do not contain an answer to this question."
+_STOP = frozenset(
+    "a an the of to in on at for and or but is are was were be been being by with from as that this these "
+    "those it its into than then there their what which who whom whose when where why how do does did "
+    "can could should would will shall may might must have has had not no yes i you he she we they me "
+    "my your our his her them us about over under between after before during any all some such".split())
+_WORD = re.compile(r"[A-Za-z0-9]+(?:'[a-z]+)?")
+_SENT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n{2,}")
+_PASSAGE = re.compile(r"^\[(\d+)\][ \t]*(.*)$", re.M)
+_QUESTION = re.compile(r"^\s*(?:Question|Q)\s*:\s*(.+)$", re.M | re.I)
+_STEM = snowballstemmer.stemmer("english")
+
+
+@dataclass(frozen=True)
+class Passage:
+    number: int
+    text: str
+    rank: int
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased, stemmed content words."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    return _STEM.stemWords([w for w in words if w not in _STOP])
+
+
+def split_sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENT.split(text) if s and s.strip()]
+
+
+def passages_from_context(context: Sequence[Scored]) -> list[Passage]:
+    return [Passage(number=i + 1, text=s.chunk.text, rank=i) for i, s in enumerate(context)]
+
+
+def passages_from_prompt(text: str) -> list[Passage]:
+    """Passages introduced by ``[n]`` at a line start; each runs until the next passage or a blank line
+    followed by a non-passage label (e.g. ``Question:``)."""
+    out: list[Passage] = []
+    matches = list(_PASSAGE.finditer(text))
+    for k, m in enumerate(matches):
+        end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
+        body = text[m.start(2):end]
+        q = _QUESTION.search(body)
+        if q:
+            body = body[:q.start()]
+        body = re.split(r"\n(?:```|</?documents?>|---)", body)[0].strip()
+        head, sep, rest = body.partition("\n")
+        if sep and rest.strip() and not re.search(r"[.!?]\s*$", head):
+            body = rest.strip()  # "[n] source — title" header line, text below (ragbudget.prompt's fence)
+        out.append(Passage(number=int(m.group(1)), text=body, rank=k))
+    return out
+
+
+def question_from_prompt(prompt: Prompt) -> str:
+    """The last ``Question:`` line, else the last user message's last non-empty line."""
+    found = _QUESTION.findall(prompt.text)
+    if found:
+        return found[-1].strip()
+    users = [m.content for m in prompt.messages if m.role == "user"]
+    source = users[-1] if users else prompt.text
+    lines = [ln.strip() for ln in source.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def select_sentences(question: str, passages: Sequence[Passage], *, max_sentences: int = 3,
+                     min_ratio: float = 0.7) -> list[tuple[str, int, float]]:
+    """Best ``(sentence, passage number, score)`` triples, best first; empty when nothing matches."""
+    q = set(terms(question))
+    if not q:
+        return []
+    cands: list[tuple[str, int, int, set[str]]] = []
+    for p in passages:
+        for s in split_sentences(p.text):
+            cands.append((s, p.number, p.rank, set(terms(s))))
+    if not cands:
+        return []
+    n = len(cands)
+    df = {t: sum(1 for c in cands if t in c[3]) for t in q}
+    scored = []
+    for i, (s, num, rank, ts) in enumerate(cands):
+        hit = q & ts
+        if not hit:
+            continue
+        score = sum(math.log(1 + n / (1 + df[t])) for t in hit) / math.sqrt(len(q))
+        score += 0.1 / (1 + rank) - 0.001 * i
+        scored.append((s, num, score))
+    scored.sort(key=lambda x: -x[2])
+    if not scored:
+        return []
+    best = scored[0][2]
+    return [x for x in scored[:max_sentences] if x[2] >= min_ratio * best]
+
+
+class ExtractiveGenerator(BaseGenerator):
+    """Cited answers from the context, deterministic and offline."""
+
+    name = "extractive"
+
+    def __init__(self, *, tokenizer: Tokenizer | None = None, max_sentences: int = 3,
+                 label: str = "") -> None:
+        super().__init__(model="extractive")
+        self.tokenizer = tokenizer or Tokenizer()
+        self.max_sentences = max_sentences
+        self.label = label
+
+    def compose(self, question: str, passages: Sequence[Passage], max_tokens: int) -> tuple[str, bool]:
+        """The answer text and whether it was cut at ``max_tokens``."""
+        picked = select_sentences(question, passages, max_sentences=self.max_sentences)
+        if not picked:
+            text = self.label + NO_ANSWER
+        else:
+            parts: list[str] = []
+            budget = max_tokens - self.tokenizer.count(self.label)
+            for sent, num, _ in picked:
+                piece = f"{sent} [{num}]"
+                cost = self.tokenizer.count(piece + " ")
+                if parts and cost > budget:
+                    break
+                parts.append(piece)
+                budget -= cost
+            text = self.label + " ".join(parts)
+        if self.tokenizer.count(text) > max_tokens:
+            return self.tokenizer.truncate(text, max_tokens), True
+        return text, False
+
+    def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
+                stop: Sequence[str] | None, context: Sequence[Scored] | None) -> Iterator[str]:
+        passages = passages_from_context(context) if context is not None else passages_from_prompt(prompt.text)
+        question = question_from_prompt(prompt)
+        text, cut = self.compose(question, passages, max_tokens)
+        if stop:
+            for s in stop:
+                if s and s in text:
+                    text = text[:text.index(s)]
+        state.prompt_tokens = prompt.total_tokens
+        state.completion_tokens = self.tokenizer.count(text)
+        state.finish_reason = "length" if cut else "stop"
+        state.extra["extractive"] = True
+        yield from re.findall(r"\s*\S+", text)

@@ -1,0 +1,463 @@
+"""The ``RAG`` facade: one query through every stage, in plain order.
+
+::
+
+    handlers → response cache (exact, semantic) → retrieval cache → hybrid retrieve → rerank → budget
+    → trim → prompt → route → generate (stream) → store in caches → metrics + ledger on the Answer
+
+``stream`` is the primitive: it yields :class:`ProgressEvent`, :class:`TokenEvent` and one
+:class:`FinalEvent`. ``query`` consumes it; the async twins run it in a worker thread and cancel the
+generation when the consumer goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence
+
+from .cache import CacheLayers
+from .cache.keys import ResponseScope, conversation_fingerprint, digest
+from .config import Config, TierConfig, load_config
+from .context import BuiltContext, ContextBuilder
+from .embed import EmbeddingCache, SentenceTransformerEmbedder
+from .errors import CacheError, ConfigError, IngestError, QueryError
+from .history import coerce_history
+from .index import HybridIndex, IngestReport, ProgressFn, list_indexes
+from .ingest.loaders import LoadReport, load_jsonl_bytes
+from .llm import make_generator
+from .llm.base import Generator, GenerationStream
+from .metrics import Metrics
+from .prompt import fingerprint, static_prefix
+from .rerank import make_reranker
+from .retrieve import HybridRetriever
+from .route import RouteDecision, Routed, Router
+from .tokens import Tokenizer
+from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Scored, StreamEvent, Timings,
+                    TokenEvent, Usage)
+
+log = logging.getLogger("ragbudget")
+
+#: Degradation ladder levels the pipeline applies (admission control picks the level).
+DEGRADE_SMALLER_CONTEXT, DEGRADE_NO_RERANK, DEGRADE_SMALL_MODEL, DEGRADE_CACHE_OR_EXTRACTIVE = 1, 2, 3, 4
+_WORD = re.compile(r"\S+\s*")
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+@dataclass
+class _Loaded:
+    index: HybridIndex
+    retriever: HybridRetriever
+
+
+class RAG:
+    """Budgeted retrieval-augmented generation over named indexes.
+
+    Construction is light; :meth:`warm_up` (or the first query) loads the embedding model. ``generators``
+    maps tier names to ready :class:`~ragbudget.llm.base.Generator` objects (e.g. a shared llama.cpp
+    model); other tiers are built from config. ``metrics`` receives every answer (the one metrics path).
+    """
+
+    def __init__(self, config: Config | str | os.PathLike[str] | None = None, *, index: str | None = None,
+                 generators: Mapping[str, Generator] | None = None, embedder: SentenceTransformerEmbedder | None = None,
+                 cache: CacheLayers | None = None, metrics: Metrics | None = None) -> None:
+        if config is None or isinstance(config, Config):
+            self.config = config or Config()
+        else:
+            self.config = load_config(config)
+        self.index_name = index or self.config.index.name
+        self.tokenizer = Tokenizer(self.config.tokenizer.encoding)
+        self._embedder = embedder
+        self._generators = dict(generators or {})
+        self._cache = cache
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._router: Router | None = None
+        self._builder: ContextBuilder | None = None
+        self._indexes: dict[str, _Loaded] = {}
+        self._lock = threading.RLock()
+        self._ingest_lock = threading.Lock()
+        self._prefix_fps: dict[str, str] = {}
+        self._extractive = make_generator(TierConfig(name="extractive", backend="extractive", model="extractive"),
+                                          tokenizer=self.tokenizer)
+        self._tiers_fp = digest([t.model_dump() for t in self.config.llm.tiers])
+
+    # ------------------------------------------------------------------ components (lazy)
+    @property
+    def embedder(self) -> SentenceTransformerEmbedder:
+        with self._lock:
+            if self._embedder is None:
+                cache = None
+                if self.config.embedding.cache:
+                    cache = EmbeddingCache(Path(self.config.index.dir) / ".embcache.sqlite")
+                self._embedder = SentenceTransformerEmbedder(self.config.embedding, cache=cache)
+            return self._embedder
+
+    @property
+    def router(self) -> Router:
+        with self._lock:
+            if self._router is None:
+                self._router = Router(self.config.llm, generators=self._generators, tokenizer=self.tokenizer)
+            return self._router
+
+    @property
+    def builder(self) -> ContextBuilder:
+        with self._lock:
+            if self._builder is None:
+                reranker = make_reranker(self.config.rerank, self.embedder)
+                self._builder = ContextBuilder(self.config, self.tokenizer, reranker)
+            return self._builder
+
+    @property
+    def cache(self) -> CacheLayers:
+        with self._lock:
+            if self._cache is None:
+                emb = self.embedder if self.config.cache.semantic.enabled else None
+                self._cache = CacheLayers.from_config(self.config.cache, emb)
+            return self._cache
+
+    def warm_up(self) -> None:
+        """Load the embedding model (and reranker) now rather than on the first query."""
+        self.embedder.warm_up()
+        _ = self.builder, self.router, self.cache
+
+    def close(self) -> None:
+        for loaded in self._indexes.values():
+            loaded.retriever.close()
+        if self._cache is not None:
+            self._cache.close()
+
+    # ------------------------------------------------------------------ indexes
+    def list_indexes(self) -> list[str]:
+        return list_indexes(self.config.index.dir)
+
+    def _loaded(self, name: str | None) -> _Loaded:
+        name = name or self.index_name
+        with self._lock:
+            got = self._indexes.get(name)
+            if got is None:
+                idx = HybridIndex.load(name, self.config, model_id=self.embedder.model_id)
+                got = _Loaded(idx, HybridRetriever(idx, self.config.retrieval, self.embedder))
+                self._indexes[name] = got
+            return got
+
+    def index_info(self, name: str | None = None) -> dict[str, Any]:
+        loaded = self._loaded(name)
+        return {"name": loaded.index.name, "chunks": len(loaded.index), "content_version": loaded.index.version,
+                "manifest": dataclasses.asdict(loaded.index.manifest)}
+
+    def ingest(self, source: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Document], *,
+               index: str | None = None, rebuild: bool = False, progress: ProgressFn | None = None) -> IngestReport:
+        """Ingest a folder/file (.txt .md .html .pdf .jsonl) or records ({"_id"|"id", "title", "text"})."""
+        name = index or self.index_name
+        with self._ingest_lock:
+            idx = HybridIndex.open_or_create(name, self.config, self.embedder, rebuild=rebuild)
+            if isinstance(source, (str, os.PathLike)):
+                if not Path(source).expanduser().exists():
+                    raise IngestError(f"path not found: {source}", fix="pass an existing folder or file")
+                report = idx.ingest(source, self.embedder, progress=progress)
+            else:
+                docs, load = _records_to_documents(source)
+                report = idx.add_documents(docs, self.embedder, progress=progress)
+                report.absorb(load)
+                idx.save(progress=progress)
+            with self._lock:
+                old = self._indexes.pop(name, None)
+                if old is not None:
+                    old.retriever.close()
+                self._indexes[name] = _Loaded(idx, HybridRetriever(idx, self.config.retrieval, self.embedder))
+            return report
+
+    def modes(self) -> list[str]:
+        return sorted(self.config.prompt.modes)
+
+    # ------------------------------------------------------------------ retrieval
+    def search(self, question: str, *, k: int | None = None, index: str | None = None,
+               mode: str | None = None) -> list[Scored]:
+        return self._loaded(index).retriever.retrieve(question, k, mode)  # type: ignore[arg-type]
+
+    def _retrieve(self, question: str, loaded: _Loaded, k: int, timings: Timings, ledger: Ledger) -> list[Scored]:
+        settings = {"mode": self.config.retrieval.mode, "k": k, "rrf_k": self.config.retrieval.rrf_k,
+                    "w": [self.config.retrieval.dense_weight, self.config.retrieval.sparse_weight]}
+        rc = self.cache.retrieval
+        t0 = time.perf_counter()
+        if rc is not None:
+            hit = rc.get(loaded.index.version, settings, question)
+            timings.stages["cache_retrieval"] = _ms(t0)
+            if hit is not None:
+                store = loaded.index.store
+                if all(cid in store for cid, _ in hit):
+                    ledger.flags.append("retrieval_cache_hit")
+                    return [Scored(chunk=store.get(cid), score=s, fused_score=s) for cid, s in hit]
+        notes: list[str] = []
+        stage: dict[str, float] = {}
+        out = loaded.retriever.retrieve(question, k, timings=stage, notes=notes)
+        timings.stages.update(stage)
+        ledger.section("retrieved").notes.extend(notes)
+        if rc is not None:
+            rc.set(loaded.index.version, settings, question, [(s.chunk.id, s.score) for s in out])
+        return out
+
+    # ------------------------------------------------------------------ the query path
+    def _scope(self, loaded: _Loaded | None, tenant: str, mode: str, max_tokens: int,
+               history: Sequence[Message]) -> ResponseScope:
+        return ResponseScope(tenant=tenant, index_version=loaded.index.version if loaded else "",
+                             prompt_version=f"{self.config.prompt.version}:{self._prefix_fp(mode)}",
+                             model_tier=self._tiers_fp, max_tokens=max_tokens, mode=mode,
+                             conversation=conversation_fingerprint(history))
+
+    def _prefix_fp(self, mode: str) -> str:
+        with self._lock:
+            fp = self._prefix_fps.get(mode)
+            if fp is None:
+                fp = self._prefix_fps[mode] = fingerprint(static_prefix(self.config.prompt, mode))
+            return fp
+
+    def _mode(self, mode: str | None) -> str:
+        mode = mode or self.config.prompt.default_mode
+        if mode not in self.config.prompt.modes:
+            raise QueryError(f"unknown response mode {mode!r}", fix=f"use one of {self.modes()}")
+        return mode
+
+    def stream(self, question: str, *, history: Sequence[Message | Mapping[str, str]] | None = None,
+               mode: str | None = None, index: str | None = None, tenant: str = "default",
+               degrade_level: int = 0, max_tokens: int | None = None, task: str | None = None,
+               cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+        """Progress events, token events, then one FinalEvent with the complete Answer."""
+        t_start = time.perf_counter()
+        if not isinstance(question, str) or not question.strip():
+            raise QueryError("the question is empty", fix="ask a question with at least one word")
+        mode = self._mode(mode)
+        hist = coerce_history(history or [])
+        mode_cfg = self.config.prompt.modes[mode]
+        out_tokens = min(max_tokens or mode_cfg.max_tokens, mode_cfg.max_tokens if max_tokens is None else max_tokens)
+        timings, ledger = Timings(), Ledger(degrade_level=degrade_level)
+
+        # 1. deterministic handlers: code is right, no model, no retrieval
+        handled = self.router.handle(question)
+        if handled is not None:
+            ans = self._answer(question, handled, [], ledger, timings, t_start, built=None)
+            yield from self._replay(ans)
+            return
+
+        loaded = self._loaded(index)
+        scope = self._scope(loaded, tenant, mode, out_tokens, hist)
+
+        # 2. response cache: exact, then semantic
+        yield ProgressEvent("cache", "looking up cached answers")
+        t0 = time.perf_counter()
+        hit = None
+        if self.cache.response is not None:
+            emb = None
+            try:
+                if self.config.cache.semantic.enabled:
+                    emb = self.embedder.embed_query(question)
+                hit = self.cache.response.lookup(scope, question, emb)
+            except CacheError as err:
+                log.warning("response cache lookup failed: %s", err)
+        timings.stages["cache_response"] = _ms(t0)
+        if hit is not None:
+            cached = Answer.from_dict(hit.record)
+            cached.cache_layer = hit.layer
+            cached.ledger.cache_layer = hit.layer
+            cached.timings = Timings(stages={"cache_response": timings.stages["cache_response"]},
+                                     total_ms=_ms(t_start))
+            cached.question = question
+            self._observe(cached, tenant)
+            yield from self._replay(cached)
+            return
+        if degrade_level >= DEGRADE_CACHE_OR_EXTRACTIVE:
+            ledger.flags.append("degraded:extractive_only")
+
+        # 3. retrieve (cached per index version)
+        yield ProgressEvent("retrieving", f"searching index {loaded.index.name!r}")
+        k = self.config.retrieval.top_k
+        if degrade_level >= DEGRADE_SMALLER_CONTEXT:
+            k = max(1, k // 2)
+        retrieved = self._retrieve(question, loaded, max(k, self.config.rerank.top_n if degrade_level < 2 else k),
+                                   timings, ledger)
+
+        # 4. rerank, budget, trim, history, prompt
+        yield ProgressEvent("reranking", f"{len(retrieved)} candidates")
+        t0 = time.perf_counter()
+        built = self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens,
+                                   rerank=degrade_level < DEGRADE_NO_RERANK,
+                                   retrieved_scale=0.5 if degrade_level >= DEGRADE_SMALLER_CONTEXT else 1.0,
+                                   ledger=ledger, timings=timings.stages)
+        timings.stages["context"] = _ms(t0)
+
+        # 5. route and generate, streaming
+        yield ProgressEvent("generating", "")
+
+        def refit(window: int):  # the router re-fits the context to a smaller window on fallback
+            return self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens, window=window,
+                                      rerank=degrade_level < DEGRADE_NO_RERANK, ledger=Ledger()).prompt
+
+        t0 = time.perf_counter()
+        if degrade_level >= DEGRADE_CACHE_OR_EXTRACTIVE:
+            # Last rung before rejecting: no model at all, an extractive answer from the budgeted context.
+            gs = self._extractive.stream(built.prompt, max_tokens=built.allocation.output, context=built.context)
+            rs: Any = _DegradedStream(gs)
+        else:
+            task_ = (task or "degraded") if degrade_level >= DEGRADE_SMALL_MODEL else task
+            rs = self.router.stream(built.prompt, question=question, max_tokens=built.allocation.output,
+                                    context=built.context, task=task_, refit=refit)
+        try:
+            for ev in rs:
+                yield ev
+                if cancel is not None and cancel.is_set():
+                    _close(rs)
+                    return
+        finally:
+            timings.stages["generate"] = _ms(t0)
+        routed = rs.routed
+        assert routed is not None
+        ans = self._answer(question, routed, built.context, ledger, timings, t_start, built=built)
+        self._store(scope, question, ans)
+        self._observe(ans, tenant)
+        yield FinalEvent(ans)
+
+    def _answer(self, question: str, routed: Routed, context: list[Scored], ledger: Ledger, timings: Timings,
+                t_start: float, built: BuiltContext | None) -> Answer:
+        gen = routed.generation
+        ledger.route = routed.decision.to_dict()
+        if gen.partial:
+            ledger.flags.append("partial")
+        out = ledger.section("output", built.allocation.output if built else 0)
+        out.used = gen.usage.completion_tokens
+        timings.ttft_ms = gen.timings.ttft_ms
+        timings.itl_ms = list(gen.timings.itl_ms)
+        timings.total_ms = _ms(t_start)
+        cited = _cited(gen.text, context)
+        return Answer(question=question, answer=gen.text, citations=[s.chunk.citation() for s in cited],
+                      context=list(context), ledger=ledger, usage=gen.usage, timings=timings,
+                      route=routed.decision.tier, partial=gen.partial, extractive=gen.backend == "extractive")
+
+    def _replay(self, ans: Answer) -> Iterator[StreamEvent]:
+        """Stream a finished answer (handler or cache hit) with the same events as a fresh one."""
+        for i, m in enumerate(_WORD.finditer(ans.answer)):
+            yield TokenEvent(m.group(0), i)
+        yield FinalEvent(ans)
+
+    def _store(self, scope: ResponseScope, question: str, ans: Answer) -> None:
+        if self.cache.response is None or ans.partial or not ans.answer.strip():
+            return
+        try:
+            emb = self.embedder.embed_query(question) if self.config.cache.semantic.enabled else None
+            self.cache.response.store(scope, question, ans.to_dict(), embedding=emb)
+        except CacheError as err:
+            log.warning("could not cache the answer: %s", err)
+
+    def _observe(self, ans: Answer, tenant: str) -> None:
+        try:
+            self.metrics.observe_answer(ans, tenant=tenant)
+        except Exception as err:  # noqa: BLE001 - metrics must never fail a request
+            log.warning("metrics failed: %s", err)
+
+    def query(self, question: str, **kw: Any) -> Answer:
+        """Answer ``question``; see :meth:`stream` for the keyword arguments."""
+        final = None
+        for ev in self.stream(question, **kw):
+            if isinstance(ev, FinalEvent):
+                final = ev.answer
+        assert final is not None
+        return final
+
+    async def aquery(self, question: str, **kw: Any) -> Answer:
+        return await asyncio.to_thread(self.query, question, **kw)
+
+    async def astream(self, question: str, **kw: Any) -> AsyncIterator[StreamEvent]:
+        """Async twin of :meth:`stream`. Closing the iterator (e.g. a client disconnect) cancels the
+        generation between tokens."""
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        cancel = threading.Event()
+        end = object()
+
+        def work() -> None:
+            try:
+                for ev in self.stream(question, cancel=cancel, **kw):
+                    loop.call_soon_threadsafe(q.put_nowait, ev)
+                    if cancel.is_set():
+                        break
+            except BaseException as err:  # noqa: BLE001 - re-raised in the consumer
+                loop.call_soon_threadsafe(q.put_nowait, err)
+            loop.call_soon_threadsafe(q.put_nowait, end)
+
+        worker = threading.Thread(target=work, name="ragbudget-stream", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = await q.get()
+                if item is end:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancel.set()
+
+
+class _DegradedStream:
+    """A plain generator stream presented like a routed one (degrade level 4: extractive only)."""
+
+    def __init__(self, stream: GenerationStream) -> None:
+        self.stream = stream
+        self.routed: Routed | None = None
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        yield from self.stream
+        gen = self.stream.generation
+        assert gen is not None
+        self.routed = Routed(gen, RouteDecision(tier="extractive", reason="degrade level 4: extractive answer only",
+                                                backend="extractive", model="extractive"))
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _close(stream: Any) -> None:
+    """Stop a token stream early; generators release their backend in ``finally``."""
+    close = getattr(stream, "close", None) or getattr(getattr(stream, "_it", None), "close", None)
+    if close is not None:
+        close()
+
+
+def _records_to_documents(source: Iterable[Mapping[str, Any] | Document]) -> tuple[list[Document], LoadReport]:
+    """Documents pass through; mappings go through the JSONL loader (same validation, same report)."""
+    docs: list[Document] = []
+    lines: list[str] = []
+    for i, rec in enumerate(source):
+        if isinstance(rec, Document):
+            docs.append(rec)
+        elif isinstance(rec, Mapping):
+            lines.append(json.dumps(dict(rec), default=str))
+        else:
+            raise IngestError(f"record {i} is a {type(rec).__name__}, not a mapping",
+                              fix='pass records like {"id": "...", "title": "...", "text": "..."}')
+    report = LoadReport()
+    if lines:
+        docs += load_jsonl_bytes("\n".join(lines).encode("utf-8"), "records", report)
+    if not docs:
+        raise IngestError("no record had text to ingest", fix='give each record a non-empty "text" field')
+    return docs, report
+
+
+def _cited(text: str, context: Sequence[Scored]) -> list[Scored]:
+    """Chunks the answer cites as [n] (1-based, prompt order); all context when it cites none."""
+    nums = {int(n) for n in re.findall(r"\[(\d{1,3})\]", text)}
+    picked = [s for i, s in enumerate(context, 1) if i in nums]
+    return picked or list(context)
+
+
+__all__ = ["RAG"]

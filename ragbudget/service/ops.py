@@ -1,0 +1,45 @@
+"""``GET /v1/indexes``, ``/metrics``, ``/healthz``, ``/readyz``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+
+from ..config import TenantConfig
+from .auth import current_tenant, get_state
+from .errors import error_body
+from .run import require_rag
+
+router = APIRouter()
+
+
+@router.get("/v1/indexes", summary="Indexes this tenant may query")
+async def indexes(request: Request, tenant: TenantConfig = Depends(current_tenant)) -> dict[str, Any]:
+    state = get_state(request)
+    rag = require_rag(state)
+    allowed = [n for n in rag.list_indexes() if n in tenant.indexes or "*" in tenant.indexes]
+    return {"tenant": tenant.name, "indexes": [{"name": n, **rag.index_info(n)} for n in allowed]}
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(request: Request) -> Response:
+    state = get_state(request)
+    state.update_load_metrics()
+    body, ctype = state.metrics.render()
+    return Response(body, media_type=ctype)
+
+
+@router.get("/healthz", summary="Liveness")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: models loaded, indexes listed")
+async def readyz(request: Request) -> Any:
+    state = get_state(request)
+    if not state.ready:
+        return JSONResponse(error_body("not_ready", state.startup_error or "still loading models",
+                                       "retry shortly"), status_code=503, headers={"Retry-After": "2"})
+    return {"status": "ready", "degrade_level": state.admission.level, "queue_depth": state.admission.queue_depth}

@@ -1,0 +1,49 @@
+"""``POST /v1/query``: a JSON answer, or Server-Sent Events with ``stream: true``.
+
+SSE events: ``progress`` ({stage, detail}) while admitting/retrieving/reranking/generating, ``token``
+({text, index}), then ``final`` (the answer with ledger, usage, timings, route, cache layer, degrade
+level), or ``error`` ({error: {type, message, fix}}) if the stream fails after it started.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Depends, Request
+from sse_starlette import EventSourceResponse
+
+from ..config import TenantConfig
+from ..errors import RagBudgetError
+from ..types import Message
+from .auth import current_tenant, get_state
+from .errors import rag_error_payload
+from .run import answer_once, answer_stream, event_payload, precheck, prepare
+from .schemas import QueryRequest
+
+router = APIRouter()
+SSE_SEND_TIMEOUT_S = 30.0  # a client that stops reading for this long is dropped (generation cancelled)
+
+
+@router.post("/v1/query", summary="Answer a question (JSON, or SSE with stream=true)")
+async def query(body: QueryRequest, request: Request, tenant: TenantConfig = Depends(current_tenant)) -> Any:
+    state = get_state(request)
+    pq = prepare(state, tenant, question=body.question,
+                 history=[Message(m.role, m.content) for m in body.history], mode=body.mode, index=body.index,
+                 priority=body.priority, max_tokens=body.max_tokens)
+    if not body.stream:
+        answer, extras = await answer_once(state, pq)
+        return {**answer.to_dict(), **extras}
+    # Fail fast with a real 429 status before the stream starts when the request cannot be admitted now.
+    precheck(state, pq)
+
+    async def events() -> AsyncIterator[dict[str, str]]:
+        try:
+            async for ev, extras in answer_stream(state, pq):
+                name, data = event_payload(ev, extras)
+                yield {"event": name, "data": json.dumps(data, default=str)}
+        except RagBudgetError as err:
+            _, payload, _ = rag_error_payload(err)
+            yield {"event": "error", "data": json.dumps(payload)}
+
+    return EventSourceResponse(events(), send_timeout=SSE_SEND_TIMEOUT_S, ping=15)

@@ -1,0 +1,158 @@
+"""Shared by the query and OpenAI-compatible routes: limits, admission, the call into RAG, metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from ..config import TenantConfig
+from ..errors import AdmissionError
+from ..pipeline import RAG
+from ..types import Answer, FinalEvent, Message, ProgressEvent, StreamEvent, TokenEvent
+from .auth import tenant_index
+from .errors import ApiError
+from .state import ServiceState
+
+
+@dataclass
+class PreparedQuery:
+    """A request that passed every limit; nothing has run yet."""
+
+    question: str
+    history: list[Message]
+    mode: str | None
+    index: str
+    tenant: str
+    priority: str
+    max_tokens: int | None
+    est_tokens: int
+    checked: bool = False  # admission.check already ran (streaming: before the response started)
+
+    def kwargs(self, degrade_level: int) -> dict[str, Any]:
+        return {"history": self.history or None, "mode": self.mode, "index": self.index, "tenant": self.tenant,
+                "degrade_level": degrade_level, "max_tokens": self.max_tokens}
+
+
+def require_rag(state: ServiceState) -> RAG:
+    if state.rag is None or not state.ready:
+        raise ApiError(503, "not_ready", state.startup_error or "the service is still loading its models",
+                       "retry when GET /readyz answers 200", headers={"Retry-After": "2"})
+    return state.rag
+
+
+def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history: list[Message],
+            mode: str | None, index: str | None, priority: str, max_tokens: int | None) -> PreparedQuery:
+    """Enforce the configured limits before any work (400/404 on refusal)."""
+    rag = require_rag(state)
+    limits = state.config.service.limits
+    if not question.strip():
+        raise ApiError(400, "QueryError", "the question is empty", "send a non-empty question")
+    q_tokens = state.tokenizer.count(question)
+    if q_tokens > limits.max_question_tokens:
+        raise ApiError(400, "limit_exceeded",
+                       f"the question has {q_tokens} tokens, over the limit of {limits.max_question_tokens}",
+                       "shorten the question")
+    if len(history) > limits.max_history_turns:
+        raise ApiError(400, "limit_exceeded",
+                       f"history has {len(history)} messages, over the limit of {limits.max_history_turns}",
+                       "send fewer past messages")
+    if max_tokens is not None and max_tokens > limits.max_output_tokens:
+        raise ApiError(400, "limit_exceeded",
+                       f"max_tokens={max_tokens} is over the limit of {limits.max_output_tokens}",
+                       f"ask for at most {limits.max_output_tokens}")
+    if mode is not None and mode not in rag.modes():
+        raise ApiError(400, "unknown_mode", f"unknown mode {mode!r}", f"use one of {sorted(rag.modes())}")
+    idx = tenant_index(state, tenant, index)
+    if idx not in rag.list_indexes():
+        raise ApiError(404, "IndexNotFoundError", f"no index named {idx!r}",
+                       "ingest documents into it first (POST /v1/ingest)")
+    h_tokens = sum(state.tokenizer.count(m.content) for m in history)
+    out = max_tokens or limits.max_output_tokens
+    return PreparedQuery(question, history, mode, idx, tenant.name, priority, max_tokens,
+                         est_tokens=q_tokens + h_tokens + out)
+
+
+def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int) -> dict[str, Any]:
+    return {"tenant": pq.tenant, "index": pq.index, "degrade_level": max(level, answer.ledger.degrade_level),
+            "queue_wait_ms": round(queue_wait_ms, 3)}
+
+
+def _observe(state: ServiceState, answer: Answer) -> None:
+    """Feed the ladder; the pipeline itself records the answer in the shared :class:`Metrics`."""
+    t = answer.timings
+    state.admission.record_ttft(t.ttft_ms if t.ttft_ms is not None else t.total_ms)
+
+
+def _admission_rejected(state: ServiceState, pq: PreparedQuery, err: AdmissionError) -> None:
+    msg = str(err)
+    decision = "shed" if "shed" in msg else "rejected_queue" if "queue" in msg else "rejected_rate"
+    state.metrics.observe_admission(pq.tenant, pq.priority, decision)
+    state.update_load_metrics()
+
+
+@contextlib.asynccontextmanager
+async def admitted(state: ServiceState, pq: PreparedQuery) -> AsyncIterator[tuple[int, float]]:
+    """Hold an admission slot; yields (degrade_level, queue_wait_ms). Keeps the load gauges current."""
+    try:
+        async with state.admission.admit(pq.tenant, priority=pq.priority, est_tokens=pq.est_tokens,
+                                         checked=pq.checked) as t:
+            state.metrics.observe_admission(pq.tenant, pq.priority, t.decision, t.queue_wait_ms)
+            state.in_flight += 1
+            state.update_load_metrics()
+            try:
+                yield t.degrade_level, t.queue_wait_ms
+            finally:
+                state.in_flight -= 1
+                state.update_load_metrics()
+    except AdmissionError as err:
+        _admission_rejected(state, pq, err)
+        raise
+
+
+def precheck(state: ServiceState, pq: PreparedQuery) -> None:
+    """Run the instant admission refusals now (so a stream can still answer a real 429)."""
+    try:
+        state.admission.check(pq.tenant, pq.priority, pq.est_tokens)
+    except AdmissionError as err:
+        _admission_rejected(state, pq, err)
+        raise
+    pq.checked = True
+
+
+async def answer_once(state: ServiceState, pq: PreparedQuery) -> tuple[Answer, dict[str, Any]]:
+    """Admit, answer (non-streaming), record metrics."""
+    rag = require_rag(state)
+    async with admitted(state, pq) as (level, wait_ms):
+        answer = await rag.aquery(pq.question, **pq.kwargs(level))
+    _observe(state, answer)
+    return answer, _extras(answer, pq, wait_ms, level)
+
+
+async def answer_stream(state: ServiceState, pq: PreparedQuery
+                        ) -> AsyncIterator[tuple[StreamEvent, dict[str, Any]]]:
+    """Admit, then yield the pipeline's events. Closing this generator (client gone) closes the
+    pipeline's stream, which cancels generation, and gives the admission slot back."""
+    rag = require_rag(state)
+    async with admitted(state, pq) as (level, wait_ms):
+        yield ProgressEvent("admitted", f"degrade level {level}, queued {wait_ms:.0f} ms"), {}
+        stream = rag.astream(pq.question, **pq.kwargs(level))
+        if inspect.isawaitable(stream):
+            stream = await stream
+        async with contextlib.aclosing(stream) as events:
+            async for ev in events:
+                if isinstance(ev, FinalEvent):
+                    _observe(state, ev.answer)
+                    yield ev, _extras(ev.answer, pq, wait_ms, level)
+                else:
+                    yield ev, {}
+
+
+def event_payload(ev: StreamEvent, extras: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """SSE event name and JSON data for a pipeline event."""
+    if isinstance(ev, TokenEvent):
+        return "token", {"text": ev.text, "index": ev.index}
+    if isinstance(ev, ProgressEvent):
+        return "progress", {"stage": ev.stage, "detail": ev.detail}
+    return "final", {**ev.answer.to_dict(), **extras}

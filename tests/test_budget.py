@@ -1,0 +1,77 @@
+"""Budget allocation: pure maths, property-tested."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ragbudget.budget import SECTIONS, allocate, lend, total
+from ragbudget.config import BudgetConfig, load_config
+from ragbudget.errors import BudgetConfigError, BudgetError, ConfigError
+
+
+def test_default_allocation_uses_caps_and_fits():
+    a = allocate(BudgetConfig())
+    assert (a.system, a.history, a.retrieved, a.question, a.output) == (512, 1024, 1200, 256, 512)
+    assert total(a) + BudgetConfig().safety_margin <= a.window
+
+
+def test_small_window_shrinks_retrieved_first_and_keeps_mins():
+    cfg = BudgetConfig.model_validate({"retrieved": {"cap": 1200, "min": 100}})
+    a = allocate(cfg, window=2048)
+    assert total(a) + cfg.safety_margin <= 2048
+    assert a.retrieved < 1200 and a.retrieved >= 100
+    assert a.system == 512 and a.question == 256  # untouched while retrieved/history can give
+
+
+def test_output_clamped_to_mode_and_tier():
+    a = allocate(BudgetConfig(), output_tokens=128)
+    assert a.output == 128
+    assert allocate(BudgetConfig(), output_tokens=4000).output == 512
+    assert allocate(BudgetConfig(), output_tokens=400, output_limit=64).output == 64
+
+
+def test_window_below_minimums_is_budget_error():
+    cfg = BudgetConfig.model_validate({"system": {"cap": 512, "min": 300}, "output": {"cap": 512, "min": 300}})
+    with pytest.raises(BudgetError, match="minimums"):
+        allocate(cfg, window=500)
+
+
+def test_impossible_config_fails_at_load():
+    with pytest.raises(BudgetConfigError, match="over budget.context_window"):
+        BudgetConfig.model_validate({"context_window": 1024})
+    with pytest.raises((BudgetConfigError, ConfigError)):
+        load_config(None, environ={"RAGBUDGET_BUDGET__SYSTEM__MIN": "9999"})
+
+
+def test_zero_budget_section_is_allowed():
+    cfg = BudgetConfig.model_validate({"history": {"cap": 0}})
+    assert allocate(cfg).history == 0
+
+
+def test_lend_moves_unused_history_to_retrieved():
+    a = allocate(BudgetConfig())
+    b = lend(a, {"history": 100, "question": 20}, BudgetConfig().lend)
+    assert b.history == 100 and b.question == 20
+    assert b.retrieved == a.retrieved + (1024 - 100) + (256 - 20)
+    assert total(b) == total(a)
+
+
+sizes = st.integers(min_value=0, max_value=3000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(window=st.integers(min_value=128, max_value=200_000),
+       caps=st.lists(sizes, min_size=5, max_size=5),
+       used=st.lists(st.integers(min_value=0, max_value=5000), min_size=5, max_size=5),
+       out=st.one_of(st.none(), st.integers(min_value=1, max_value=5000)))
+def test_properties_sum_within_window_and_lending_keeps_usage(window, caps, used, out):
+    data = {n: {"cap": c} for n, c in zip(SECTIONS, caps)}
+    data["context_window"] = max(window, sum(caps) + 16)
+    cfg = BudgetConfig.model_validate(data)
+    a = allocate(cfg, window=window, output_tokens=out)
+    assert total(a) + cfg.safety_margin <= window or total(a) == 0
+    assert all(getattr(a, n) >= 0 for n in SECTIONS)
+    demand = dict(zip(SECTIONS, used))
+    b = lend(a, demand, [("history", "retrieved"), ("question", "retrieved"), ("system", "history")])
+    assert total(b) == total(a)
+    for n in SECTIONS:
+        assert getattr(b, n) >= min(demand[n], getattr(a, n))  # never below what it used

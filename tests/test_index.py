@@ -1,0 +1,153 @@
+"""HybridIndex: ingest, persistence, re-ingest diffing, atomic save, manifest checks (real FAISS + MiniLM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragbudget.config import BM25Config, Config, FaissConfig
+from ragbudget.errors import IndexMismatchError, IndexNotFoundError
+from ragbudget.index import Analyzer, DenseIndex, HybridIndex, SparseIndex, ingest_path
+
+from fixtures_retrieval import CountingEmbedder, cfg, embedder, minimal_pdf, real_embedder  # noqa: F401
+
+
+def corpus(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "wings.md").write_text("# Wings\n\nSwept wings delay compressibility drag at high subsonic speed.")
+    (root / "heat.txt").write_text("Heat transfer to a blunt body in hypersonic flow is largest at the stagnation point.")
+    (root / "flutter.pdf").write_bytes(minimal_pdf("Panel flutter of thin plates at supersonic speeds"))
+    (root / "shock.html").write_text("<title>Shocks</title><p>Oblique shock waves form at a compression corner.</p>")
+    (root / "bad.txt").write_bytes(b"\x00\x00binary")
+    return root
+
+
+def test_ingest_save_load_roundtrip(tmp_path: Path, cfg: Config, embedder: CountingEmbedder) -> None:
+    docs = corpus(tmp_path / "docs")
+    report = ingest_path(docs, "kb", cfg, embedder)
+    assert report.documents == 4 and report.files_read == 4
+    assert report.chunks_added == report.embedded == embedder.texts_embedded == 4
+    assert [Path(w).name for w, _ in report.skipped] == ["bad.txt"]
+    idx = HybridIndex.load("kb", cfg, model_id=embedder.model_id)
+    m = idx.manifest
+    assert (m.n_chunks, m.n_documents, m.embedding_model, m.embedding_dim) == (4, 4, embedder.model_id, 384)
+    assert m.chunker["chunk_size"] == cfg.chunking.chunk_size and m.content_version == report.content_version
+    (top, score), *_ = idx.search_dense(embedder.embed_query("flutter of plates"), 2)
+    assert top.source.endswith("flutter.pdf") and score > 0.3
+    (top, _), *_ = idx.search_sparse("stagnation point heating", 2)
+    assert top.source.endswith("heat.txt")
+
+
+def test_reingest_embeds_only_changes_and_removes_deleted(tmp_path: Path, cfg: Config,
+                                                          embedder: CountingEmbedder) -> None:
+    docs = corpus(tmp_path / "docs")
+    first = ingest_path(docs, "kb", cfg, embedder)
+    embedder.texts_embedded = 0
+    again = ingest_path(docs, "kb", cfg, embedder)
+    assert embedder.texts_embedded == 0 and again.embedded == 0
+    assert (again.chunks_added, again.chunks_unchanged, again.chunks_removed) == (0, 4, 0)
+    assert again.content_version == first.content_version
+
+    (docs / "heat.txt").write_text("Heat shields ablate during re-entry.")
+    (docs / "wings.md").unlink()
+    changed = ingest_path(docs, "kb", cfg, embedder)
+    assert embedder.texts_embedded == 1
+    assert (changed.chunks_added, changed.chunks_removed, changed.documents_removed) == (1, 2, 1)
+    idx = HybridIndex.load("kb", cfg, model_id=embedder.model_id)
+    sources = {Path(c.source).name for c in idx.store}
+    assert sources == {"heat.txt", "flutter.pdf", "shock.html"}
+    assert any("ablate" in c.text for c in idx.store)
+    assert idx.search_sparse("swept wings delay", 5) == []
+
+
+def test_file_unreadable_on_reingest_keeps_its_chunks(tmp_path: Path, cfg: Config, embedder: CountingEmbedder) -> None:
+    docs = corpus(tmp_path / "docs")
+    ingest_path(docs, "kb", cfg, embedder)
+    (docs / "heat.txt").write_bytes(b"\x00now binary")
+    report = ingest_path(docs, "kb", cfg, embedder)
+    assert report.chunks_removed == 0
+    idx = HybridIndex.load("kb", cfg)
+    assert any(Path(c.source).name == "heat.txt" for c in idx.store)
+
+
+def test_crash_mid_save_leaves_previous_index_loadable(tmp_path: Path, cfg: Config, embedder: CountingEmbedder,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = corpus(tmp_path / "docs")
+    before = ingest_path(docs, "kb", cfg, embedder)
+    (docs / "extra.txt").write_text("Laminar flow control by suction.")
+
+    def boom(self: SparseIndex, folder: Path) -> None:
+        raise KeyboardInterrupt("simulated Ctrl-C mid-save")
+
+    monkeypatch.setattr(SparseIndex, "save", boom)
+    with pytest.raises(KeyboardInterrupt):
+        ingest_path(docs, "kb", cfg, embedder)
+    monkeypatch.undo()
+    idx = HybridIndex.load("kb", cfg, model_id=embedder.model_id)
+    assert idx.version == before.content_version and len(idx) == 4
+    assert sorted(p.name for p in Path(cfg.index.dir).iterdir() if p.name != ".embcache.sqlite") == ["kb"]
+
+
+def test_swap_interrupted_between_renames_is_repaired(tmp_path: Path, cfg: Config, embedder: CountingEmbedder) -> None:
+    report = ingest_path(corpus(tmp_path / "docs"), "kb", cfg, embedder)
+    root = Path(cfg.index.dir)
+    (root / "kb").rename(root / ".kb.old")  # the state right after the first rename of a swap
+    assert HybridIndex.load("kb", cfg).version == report.content_version
+
+
+def test_model_mismatch_and_missing_index(tmp_path: Path, cfg: Config, embedder: CountingEmbedder) -> None:
+    ingest_path(corpus(tmp_path / "docs"), "kb", cfg, embedder)
+    with pytest.raises(IndexMismatchError) as e:
+        HybridIndex.load("kb", cfg, model_id="other-model")
+    assert "other-model" in str(e.value) and embedder.model_id in str(e.value) and "--rebuild" in str(e.value)
+    with pytest.raises(IndexNotFoundError) as e2:
+        HybridIndex.load("nope", cfg)
+    assert "kb" in str(e2.value) and "ragbudget ingest" in str(e2.value)
+
+
+def test_rebuild_starts_from_empty(tmp_path: Path, cfg: Config, embedder: CountingEmbedder) -> None:
+    docs = corpus(tmp_path / "docs")
+    ingest_path(docs, "kb", cfg, embedder)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "one.txt").write_text("A single document.")
+    report = ingest_path(other, "kb", cfg, embedder, rebuild=True)
+    assert report.chunks_added == 1 and len(HybridIndex.load("kb", cfg)) == 1
+
+
+def _unit(n: int, dim: int = 16, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
+def test_faiss_kinds_find_the_nearest_vector(kind: str) -> None:
+    vecs = _unit(500)
+    idx = DenseIndex(16, FaissConfig(kind=kind, ivf_nlist=4, ivf_nprobe=4), vecs)
+    assert idx.kind == kind
+    hits = idx.search(vecs[123], 5)
+    assert hits[0][0] == 123 and abs(hits[0][1] - 1.0) < 1e-4
+
+
+def test_ivf_falls_back_to_flat_with_a_note_when_too_few_vectors() -> None:
+    idx = DenseIndex(16, FaissConfig(kind="ivf", ivf_nlist=256), _unit(100))
+    assert idx.kind == "flat" and "ivf needs" in idx.notes[0]
+    assert idx.search(_unit(100)[7], 1)[0][0] == 7
+
+
+def test_analyzer_stems_and_drops_stop_words() -> None:
+    a = Analyzer(BM25Config())
+    assert a("The flows of the Boundary-Layers, were separating!") == ["flow", "boundari", "layer", "separ"]
+    assert a("what is the of and ?!") == []
+    raw = Analyzer(BM25Config(stemmer="none", stopwords=False))
+    assert raw("The flows") == ["the", "flows"]
+
+
+def test_sparse_search_ranks_by_bm25_and_skips_stopword_queries() -> None:
+    sp = SparseIndex(BM25Config())
+    sp.rebuild(sp.analyze_many(["supersonic flow over wings", "heat transfer in slabs", "wing flutter wing"]))
+    assert [r for r, _ in sp.search("wing", 3)] == [2, 0]
+    assert sp.search("the of and", 3) == []
+    assert SparseIndex(BM25Config()).search("anything", 3) == []

@@ -1,0 +1,94 @@
+"""In-process llama.cpp backend on a generated GGUF: streaming, usage, prefix-cache reuse, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures_llm import tiny_gguf  # noqa: F401  (fixture)
+from ragbudget.errors import GenerationError, ModelNotFoundError
+from ragbudget.llm import LlamaCppGenerator, make_prompt
+
+pytest.importorskip("llama_cpp")
+
+STATIC = "You answer from the documents. Policy: cite sources as [n]. " * 12
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_gguf: Path) -> LlamaCppGenerator:
+    g = LlamaCppGenerator(str(tiny_gguf), n_ctx=2048, n_threads=2)
+    g.load()
+    return g
+
+
+def _prompt(question: str, static: str = STATIC):
+    return make_prompt([("system", static), ("user", f"Question: {question}")], static_prefix=static)
+
+
+def test_stream_usage_and_timings(gen: LlamaCppGenerator) -> None:
+    s = gen.stream(_prompt("what is a llama?"), max_tokens=10)
+    events = list(s)
+    g = s.generation
+    assert g is not None and not g.partial and g.backend == "llamacpp"
+    assert len(events) == 10 and [e.index for e in events] == list(range(10))
+    assert g.text == "".join(e.text for e in events)
+    assert g.usage.completion_tokens == 10 and g.finish_reason == "length"
+    assert g.usage.prompt_tokens > len(STATIC) // 2  # byte-level vocabulary: ~1 token per character
+    assert g.timings.ttft_ms is not None and len(g.timings.itl_ms) == 9
+
+
+def test_shared_prefix_is_reused(gen: LlamaCppGenerator) -> None:
+    gen.reset()
+    first = gen.generate(_prompt("first question"), max_tokens=4)
+    second = gen.generate(_prompt("another, different question"), max_tokens=4)
+    assert first.usage.cached_tokens == 0
+    # everything up to the question is served from the KV cache
+    n_static = len(gen.load().tokenize(f"system: {STATIC}".encode()))  # chat template: "role: content"
+    assert second.usage.cached_tokens >= n_static
+    assert second.usage.cached_tokens < second.usage.prompt_tokens
+    other = gen.generate(_prompt("q", static="A completely different system prompt. " * 10), max_tokens=4)
+    assert other.usage.cached_tokens < 10
+
+
+async def test_async_twins(gen: LlamaCppGenerator) -> None:
+    g = await gen.agenerate(_prompt("async?"), max_tokens=5)
+    assert g.usage.completion_tokens == 5
+    st = gen.astream(_prompt("async stream?"), max_tokens=6)
+    pieces = [e.text async for e in st]
+    assert len(pieces) == 6 and st.generation is not None and st.generation.text == "".join(pieces)
+
+
+def test_prompt_over_context_is_clear_error_and_backend_survives(gen: LlamaCppGenerator) -> None:
+    with pytest.raises(GenerationError, match="n_ctx|context"):
+        gen.generate(_prompt("x" * 5000), max_tokens=4)
+    assert gen.generate(_prompt("still alive?"), max_tokens=3).usage.completion_tokens == 3
+
+
+def test_decode_failure_is_retried_once(gen: LlamaCppGenerator, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = gen._call
+    calls = {"n": 0}
+
+    def flaky(*a, **kw):  # the engine's own error, raised on the first decode only
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("llama_decode returned 1")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(gen, "_call", flaky)
+    g = gen.generate(_prompt("retry me"), max_tokens=3)
+    assert calls["n"] == 2 and g.usage.completion_tokens == 3
+
+    def always(*a, **kw):
+        raise RuntimeError("llama_decode returned 1")
+
+    monkeypatch.setattr(gen, "_call", always)
+    with pytest.raises(GenerationError, match="decode failed twice"):
+        gen.generate(_prompt("fail"), max_tokens=3)
+    monkeypatch.setattr(gen, "_call", real)
+    assert gen.generate(_prompt("back"), max_tokens=2).usage.completion_tokens == 2
+
+
+def test_missing_model_is_clear(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="make-gguf"):
+        LlamaCppGenerator(str(tmp_path / "nope.gguf")).generate(_prompt("x"), max_tokens=2)

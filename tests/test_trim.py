@@ -1,0 +1,74 @@
+"""Query-aware sentence selection under a budget."""
+
+import pytest
+
+from ragbudget.config import TrimConfig
+from ragbudget.rerank import BiEncoderReranker
+from ragbudget.tokens import Tokenizer
+from ragbudget.trim import order_context, split_sentences, trim_chunks
+from ragbudget.types import Chunk, Scored
+
+TOK = Tokenizer()
+PARIS = ("Paris is the capital of France. The city has about two million residents. "
+         "The Louvre is the most visited museum in the world. Paris hosted the Olympic Games in 1900 and 1924.")
+RIVER = ("The Seine flows through Paris. It is 777 kilometres long. "
+         "Many bridges cross the river in the city centre, including the Pont Neuf.")
+BANANA = "Bananas are berries. They grow in tropical climates. Bananas are rich in potassium."
+
+
+def items():
+    return [Scored(Chunk(id=f"c{i}", doc_id=f"d{i}", text=t, metadata={"source": f"s{i}.md"}), score=s)
+            for i, (t, s) in enumerate([(PARIS, 0.9), (RIVER, 0.7), (BANANA, 0.2)])]
+
+
+@pytest.fixture(scope="module")
+def scorer(embedder):
+    return BiEncoderReranker(embedder)
+
+
+def test_split_sentences_merges_fragments():
+    s = split_sentences("Dr. Smith arrived. He left quickly after that. Ok.")
+    assert all(len(x.split()) >= 3 for x in s)
+    assert " ".join(s).replace(" ", "") == "Dr. Smith arrived. He left quickly after that. Ok.".replace(" ", "")
+
+
+def test_budget_respected_and_best_sentence_kept(scorer):
+    r = trim_chunks("How long is the Seine?", items(), 40, TOK, scorer, TrimConfig())
+    text = " ".join(s.chunk.text for s in r.kept)
+    assert "777 kilometres" in text
+    assert sum(TOK.count(s.chunk.text) for s in r.kept) <= 40
+    assert r.used <= 40
+    # whole sentences only, each kept piece keeps its chunk id / citation
+    for s in r.kept:
+        for part in s.chunk.text.split(" … "):
+            orig = {"c0": PARIS, "c1": RIVER, "c2": BANANA}[s.chunk.id]
+            assert part in orig
+    assert any(c["chunk_id"] in ("c0", "c1") for c in r.compressed)
+    assert any(d["reason"] == "over budget" for d in r.dropped)
+
+
+def test_sentences_go_before_whole_chunks(scorer):
+    # enough for one sentence of each of the two relevant chunks, not for a whole chunk
+    equal = [Scored(s.chunk, score=0.5) for s in items()[:2]]
+    r = trim_chunks("Which museum is the most visited, and how long is the Seine?", equal, 45, TOK, scorer,
+                    TrimConfig())
+    assert {s.chunk.id for s in r.kept} == {"c0", "c1"}
+
+
+def test_single_oversized_sentence_is_cut_only_then():
+    long = "word " * 300 + "end."
+    it = [Scored(Chunk(id="x", doc_id="x", text=long), score=1.0)]
+    r = trim_chunks("word", it, 50, TOK, None, TrimConfig())
+    assert r.kept and TOK.count(r.kept[0].chunk.text) <= 50
+    assert r.compressed[0].get("note") == "sentence truncated"
+
+
+def test_zero_budget_and_empty_input():
+    assert trim_chunks("q", items(), 0, TOK, None, TrimConfig()).kept == []
+    assert trim_chunks("q", [], 100, TOK, None, TrimConfig()).kept == []
+
+
+def test_whole_chunk_mode_and_edges_order():
+    r = trim_chunks("q", items(), 1000, TOK, None, TrimConfig(sentence_selection=False))
+    assert [s.chunk.text for s in r.kept] == [PARIS, RIVER, BANANA]
+    assert [x for x in order_context(list("abcde"), "edges")] == ["a", "c", "e", "d", "b"]
