@@ -1,9 +1,22 @@
-"""ragbudget: RAG with explicit token budgets, layered caches, prefix-friendly prompts and routing."""
+"""ragbudget: RAG with explicit token budgets, layered caches, prefix-friendly prompts and routing.
 
-from .config import Config, load_config
-from .errors import RagBudgetError
-from .types import Answer, Chunk, Citation, Document, Ledger, Message, Scored, Usage
+``from ragbudget import RAG`` is the way in; the names below are the curated public API.
+"""
 
-__all__ = ["Answer", "Chunk", "Citation", "Config", "Document", "Ledger", "Message", "RagBudgetError",
-           "Scored", "Usage", "load_config"]
+from .config import Config, dump_config, load_config
+from .errors import (AdmissionError, BackendUnavailableError, BudgetConfigError, BudgetError, CacheError,
+                     ConfigError, GenerationError, IndexMismatchError, IndexNotFoundError, IngestError,
+                     ModelNotFoundError, PartialGenerationError, QueryError, RagBudgetError, RoutingError)
+from .pipeline import RAG
+from .types import (Allocation, Answer, Chunk, Citation, Document, FinalEvent, Generation, Ledger, Message,
+                    ProgressEvent, Prompt, Scored, SectionLedger, Timings, TokenEvent, Usage)
+
+__all__ = [
+    "RAG", "Config", "load_config", "dump_config",
+    "Allocation", "Answer", "Chunk", "Citation", "Document", "FinalEvent", "Generation", "Ledger", "Message",
+    "ProgressEvent", "Prompt", "Scored", "SectionLedger", "Timings", "TokenEvent", "Usage",
+    "RagBudgetError", "ConfigError", "BudgetConfigError", "ModelNotFoundError", "IngestError",
+    "IndexNotFoundError", "IndexMismatchError", "QueryError", "BudgetError", "GenerationError",
+    "BackendUnavailableError", "PartialGenerationError", "RoutingError", "CacheError", "AdmissionError",
+]
 __version__ = "0.1.0"

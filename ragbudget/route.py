@@ -144,6 +144,8 @@ class Router:
             reason += f"; {order[0].name} window {order[0].context_window} too small → {first_fit.name}"
             order.remove(first_fit)
             order.insert(0, first_fit)
+        if max_tokens > order[0].max_output_tokens:
+            reason += f"; max_tokens {max_tokens} capped at {order[0].name}'s limit {order[0].max_output_tokens}"
         dec = RouteDecision(tier=order[0].name, reason=reason, difficulty=diff, confidence=confidence, task=task)
         return order, dec
 

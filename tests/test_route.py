@@ -93,6 +93,14 @@ def test_window_too_small_is_never_chosen() -> None:
     assert out.decision.tier == "large" and "too small" in out.decision.reason and not small.calls
 
 
+def test_max_tokens_over_tier_limit_is_capped_and_said() -> None:
+    conf = cfg()
+    conf.tiers[0].max_output_tokens = 64
+    r = Router(conf, generators={"small": Scripted(GOOD), "large": Scripted(GOOD)})
+    out = r.generate(prompt(), question="When?", max_tokens=500, context=CTX)
+    assert out.decision.tier == "small" and "capped" in out.decision.reason
+
+
 def test_prompt_over_every_window_is_routing_error() -> None:
     r = Router(cfg(), generators={"small": Scripted(GOOD), "large": Scripted(GOOD)})
     with pytest.raises(RoutingError, match="over every tier's window"):
