@@ -3,6 +3,7 @@
 Order of checks for one request (:meth:`AdmissionController.admit`):
 
 1. degradation level ≥ 5 (or ≥ ``batch_reject_level`` for batch work) → :class:`AdmissionError` (429);
+   (shedding refuses only requests that would have to wait for a slot);
 2. the tenant's request bucket and token bucket (in process, or one shared limit through Redis);
 3. a concurrency slot: free → go; else wait in a bounded priority queue (interactive before batch,
    FIFO within a priority); queue full or waited past ``queue_timeout_s`` → :class:`AdmissionError`.
@@ -218,6 +219,10 @@ class PriorityLimiter:
     def depth(self) -> int:
         return sum(1 for w in self._heap if not w.future.done())
 
+    def would_wait(self, prio: int) -> bool:
+        """True when a request of this priority could not take a slot right now."""
+        return not self._can_run(prio) or any(w.prio <= prio and not w.future.done() for w in self._heap)
+
     def _can_run(self, prio: int) -> bool:
         return self.active < self.slots and (prio == 0 or self.active_batch < self.batch_slots)
 
@@ -318,8 +323,10 @@ class AdmissionController:
                                  fix=f"use one of {sorted(PRIORITIES)}")
         if not self.cfg.enabled:
             return
-        level = self.level
-        if level >= 5 or (PRIORITIES[priority] and level >= self.cfg.batch_reject_level):
+        level, prio = self.level, PRIORITIES[priority]
+        # Shedding refuses what would have to queue; a free slot is still used, so the measurements that
+        # drive the ladder keep coming and throughput stays at capacity while the excess gets a prompt 429.
+        if (level >= 5 or (prio and level >= self.cfg.batch_reject_level)) and self.limiter.would_wait(prio):
             raise AdmissionError(f"overloaded (degrade level {level}); request shed",
                                  retry_after_s=self.cfg.reject_retry_after_s, fix="retry after Retry-After")
         self.check_rate(tenant, est_tokens)
@@ -350,6 +357,6 @@ class AdmissionController:
             self.limiter.release(prio)
 
     def record_ttft(self, ms: float | None) -> None:
-        """Feed a measured TTFT (or end-to-end time when nothing streamed) into the ladder."""
+        """Feed a TTFT measured from arrival (queue wait included) into the ladder."""
         if ms is not None:
             self.ladder.record_ttft(ms)

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from .budget import SECTIONS, allocate, lend
+from .budget import SECTIONS, allocate, lend, section_limit
 from .config import Config
-from .errors import BudgetError, QueryError
+from .errors import BudgetConfigError, BudgetError, QueryError
 from .history import Summarize, coerce_history, fit_history
 from .prompt import DATA_NOTICE, build_prompt, doc_header, static_prefix
 from .rerank import Reranker
@@ -43,6 +43,7 @@ class ContextBuilder:
         self.tokenizer = tokenizer
         self.reranker = reranker
         self.summarize = summarize
+        self.warnings = validate_config(config, tokenizer)
         # fixed per mode; measured once
         self._docs_overhead = tokenizer.count(f"<documents>\n{DATA_NOTICE}\n\n\n</documents>") + 2
 
@@ -160,4 +161,26 @@ class ContextBuilder:
         return out
 
 
-__all__ = ["BuiltContext", "ContextBuilder", "coerce_history"]
+def validate_config(config: Config, tokenizer: Tokenizer) -> list[str]:
+    """Checks that need the tokenizer, run once when a builder is made (startup, not per request).
+
+    Raises :class:`BudgetConfigError` when a mode's static prompt prefix exceeds the system budget;
+    returns warnings (e.g. a mode's max_tokens above the output cap, which will be clamped).
+    """
+    b = config.budget
+    sys_limit = section_limit(b.system, b.context_window)
+    out_limit = section_limit(b.output, b.context_window)
+    warnings = []
+    for mode, mc in config.prompt.modes.items():
+        n = tokenizer.count(static_prefix(config.prompt, mode))
+        if n > sys_limit:
+            raise BudgetConfigError(f"prompt for mode {mode!r} needs {n} tokens, over budget.system "
+                                    f"({sys_limit})", fix="shorten prompt.system/policies/few_shot/fixed_docs "
+                                                          "or raise budget.system.cap")
+        if mc.max_tokens > out_limit:
+            warnings.append(f"prompt.modes.{mode}.max_tokens={mc.max_tokens} is above budget.output "
+                            f"({out_limit}); it will be clamped")
+    return warnings
+
+
+__all__ = ["BuiltContext", "ContextBuilder", "coerce_history", "validate_config"]

@@ -110,6 +110,9 @@ class SentenceTransformerEmbedder:
         # Recent query vectors: the semantic cache and the dense retriever embed the same question.
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
         self._recent_max = 1024
+        # Recent text vectors (chunks and sentences that reranking and trimming score again and again).
+        self._memory: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._memory_max = self.config.memory_cache_entries
 
     def warm_up(self) -> None:
         if self._model is not None:
@@ -143,20 +146,34 @@ class SentenceTransformerEmbedder:
         return np.asarray(vecs, dtype=np.float32)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for ``texts``: from memory, then the persistent cache, then the model (batched)."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        if self.cache is None:
-            return self._encode(texts)
         keys = [text_key(t) for t in texts]
-        found = self.cache.get_many(self.model_id, keys)
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for k in keys:
+                v = self._memory.get(k)
+                if v is not None:
+                    self._memory.move_to_end(k)
+                    found[k] = v
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing and self.cache is not None:
+            found.update(self.cache.get_many(self.model_id, missing))
         todo = {k: t for k, t in zip(keys, texts) if k not in found}
         if todo:
-            new = self._encode(list(todo.values()))
-            fresh = dict(zip(todo.keys(), new))
-            self.cache.put_many(self.model_id, fresh)
+            fresh = dict(zip(todo.keys(), self._encode(list(todo.values()))))
+            if self.cache is not None:
+                self.cache.put_many(self.model_id, fresh)
             found.update(fresh)
-        return np.stack([found[k] for k in keys]).astype(np.float32)
+        if self._memory_max:
+            with self._lock:
+                for k in missing:
+                    self._memory[k] = found[k]
+                while len(self._memory) > self._memory_max:
+                    self._memory.popitem(last=False)
+        return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> np.ndarray:
         """One query vector; the last ``1024`` queries are kept in memory (read-only arrays)."""

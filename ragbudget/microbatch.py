@@ -42,7 +42,7 @@ class BatchStats:
 class MicroBatcher:
     """Thread-safe batching wrapper around an embedder (same ``embed`` / ``embed_query`` interface)."""
 
-    def __init__(self, embedder: Embedder, max_batch: int = 16, max_wait_ms: float = 0.0,
+    def __init__(self, embedder: Embedder, max_batch: int = 16, max_wait_ms: float = 2.0,
                  recent: int = 1024) -> None:
         if max_batch < 1:
             raise ConfigError(f"embedding.microbatch.max_batch must be ≥ 1, got {max_batch}")

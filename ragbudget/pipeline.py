@@ -41,7 +41,8 @@ from .rerank import make_reranker
 from .retrieve import HybridRetriever
 from .route import RouteDecision, Routed, Router
 from .tokens import Tokenizer
-from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Scored, StreamEvent, Timings,
+from .trim import split_sentences
+from .types import (Answer, Chunk, Document, FinalEvent, Ledger, Message, ProgressEvent, Scored, StreamEvent, Timings,
                     TokenEvent, Usage)
 
 log = logging.getLogger("ragbudget")
@@ -84,6 +85,9 @@ class RAG:
         self.metrics = metrics if metrics is not None else Metrics()
         self._router: Router | None = None
         self._builder: ContextBuilder | None = None
+        # Impossible prompt settings (a mode's static prefix over the system budget) fail here, at
+        # construction, not on the first request; the real builder (with its reranker) comes lazily.
+        ContextBuilder(self.config, self.tokenizer, None)
         self._indexes: dict[str, _Loaded] = {}
         self._lock = threading.RLock()
         self._ingest_lock = threading.Lock()
@@ -162,6 +166,7 @@ class RAG:
         name = index or self.index_name
         with self._ingest_lock:
             idx = HybridIndex.open_or_create(name, self.config, self.embedder, rebuild=rebuild)
+            before = set(idx.store.ids)
             if isinstance(source, (str, os.PathLike)):
                 if not Path(source).expanduser().exists():
                     raise IngestError(f"path not found: {source}", fix="pass an existing folder or file")
@@ -171,12 +176,24 @@ class RAG:
                 report = idx.add_documents(docs, self.embedder, progress=progress)
                 report.absorb(load)
                 idx.save(progress=progress)
+            if self.config.embedding.warm_sentences:
+                self._warm_sentences([c for c in idx.store if c.id not in before], progress)
             with self._lock:
                 old = self._indexes.pop(name, None)
                 if old is not None:
                     old.retriever.close()
                 self._indexes[name] = _Loaded(idx, HybridRetriever(idx, self.config.retrieval, self.embedder))
             return report
+
+    def _warm_sentences(self, chunks: list[Chunk], progress: ProgressFn | None) -> None:
+        """Embed the sentences of new chunks now (into the embedding cache), so that query-time
+        sentence selection finds them cached instead of running the model on the request path."""
+        sents = list(dict.fromkeys(x for c in chunks for x in split_sentences(c.text)))
+        step = max(self.config.embedding.batch_size * 8, 256)
+        for i in range(0, len(sents), step):
+            self.embedder.embed(sents[i:i + step])
+            if progress:
+                progress("sentences", min(i + step, len(sents)), len(sents))
 
     def modes(self) -> list[str]:
         return sorted(self.config.prompt.modes)

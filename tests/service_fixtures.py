@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ragbudget.config import Config, TenantConfig
+from ragbudget.embed import SentenceTransformerEmbedder
 from ragbudget.pipeline import RAG
 
 N_DOCS = 50
@@ -56,9 +57,9 @@ def service_config(docs_root: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
-def cranfield_rag(service_config: Config, docs_root: Path) -> RAG:
-    """The real RAG (extractive backend) with the 50 abstracts ingested into ``default``."""
-    rag = RAG(service_config)
+def cranfield_rag(service_config: Config, docs_root: Path, embedder: SentenceTransformerEmbedder) -> RAG:
+    """The real RAG (extractive backend, the session's MiniLM) with the 50 abstracts in ``default``."""
+    rag = RAG(service_config, embedder=embedder)
     rag.warm_up()
     rag.ingest(docs_root / "cranfield50.jsonl", index="default")
     return rag

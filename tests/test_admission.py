@@ -203,16 +203,22 @@ async def test_controller_sheds_at_level_5_and_batch_earlier():
     assert c.level == 3
     async with c.admit("a") as t:
         assert t.degrade_level == 3
-    with pytest.raises(AdmissionError, match="shed"):
-        async with c.admit("a", priority="batch"):
+    async with c.admit("a"):  # one slot busy; batch work would have to wait for its share → shed
+        async with c.admit("a", priority="batch"):  # the other slot is free: batch may use it
             pass
+        async with c.admit("a"):
+            with pytest.raises(AdmissionError, match="shed"):
+                async with c.admit("a", priority="batch"):
+                    pass
     for _ in range(50):
         c.record_ttft(1000)
     assert c.level == 5
-    with pytest.raises(AdmissionError) as ei:
-        async with c.admit("a"):
-            pass
-    assert ei.value.retry_after_s == 3
+    async with c.admit("a"), c.admit("a") as t:  # free slots are still used at level 5 ...
+        assert t.degrade_level == 5
+        with pytest.raises(AdmissionError) as ei:  # ... but nothing may queue
+            async with c.admit("a"):
+                pass
+    assert ei.value.retry_after_s == 3 and c.queue_depth == 0
 
 
 async def test_disabled_controller_admits_everything():
@@ -225,3 +231,18 @@ async def test_disabled_controller_admits_everything():
 def test_config_rejects_bad_thresholds():
     with pytest.raises(ValueError):
         AdmissionConfig(thresholds=[2.0, 1.0, 3.0, 4.0, 5.0])
+
+
+async def test_two_replicas_share_one_tenant_limit_through_redis(redis_server):  # noqa: F811
+    redis.Redis.from_url(redis_server).flushdb()
+    cfg = AdmissionConfig(backend="redis", redis_url=redis_server, key_prefix="replicas:")
+    tenants = [TenantConfig(name="t", requests_per_s=0.01, burst=3)]
+    replicas = [AdmissionController(cfg, LimitsConfig(), tenants) for _ in range(2)]
+    admitted = 0
+    for i in range(6):
+        try:
+            async with replicas[i % 2].admit("t"):
+                admitted += 1
+        except AdmissionError:
+            pass
+    assert admitted == 3

@@ -60,8 +60,8 @@ def test_cli_make_gguf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_engine_emits_only_ascii_exactly_max_tokens(tiny_gguf: Path) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
     llm = llama_cpp.Llama(str(tiny_gguf), n_ctx=2048, n_threads=2, verbose=False, seed=3)
-    for i, prompt in enumerate(["The capital of France is", "Ünïcödé ☃ input → still fine", "x" * 300]):
-        out = llm.create_completion(prompt, max_tokens=24, temperature=1.0, seed=i)
+    for i, prompt in enumerate(["The capital of France is", "Ünïcödé ☃ → still ASCII out"]):
+        out = llm.create_completion(prompt, max_tokens=16, temperature=1.0, seed=i)
         text = out["choices"][0]["text"]
-        assert out["usage"]["completion_tokens"] == 24
+        assert out["usage"]["completion_tokens"] == 16
         assert all(c == "\n" or 0x20 <= ord(c) <= 0x7E for c in text), repr(text)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
+
+from ragbudget.cli import main
 
 from ragbudget.config import Config, KVSpecConfig, TierConfig
 from ragbudget.errors import ConfigError
@@ -66,3 +71,17 @@ def test_check_config_and_info_rows() -> None:
 def test_kv_spec_fields_validated_by_config() -> None:
     with pytest.raises(ConfigError, match="kv"):
         Config().with_overrides({"llm.tiers": [{"name": "x", "kv": {"layers": 0, "kv_heads": 8, "head_dim": 128}}]})
+
+
+def test_info_command_shows_kv_and_fails_on_overcommit(tmp_path, capsys) -> None:
+    tier = {"name": "large", "backend": "openai", "model": "llama3-8b", "context_window": 8192,
+            "kv": {"layers": 32, "kv_heads": 8, "head_dim": 128, "memory_gb": 16, "concurrency": 16}}
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump({"index": {"dir": str(tmp_path)}, "llm": {"tiers": [tier]}}))
+    assert main(["info", "--json", "--config", str(ok)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kv"][0]["max_concurrent"] == 16 and d["kv_problem"] is None
+    tier["kv"]["concurrency"] = 17
+    ok.write_text(yaml.safe_dump({"index": {"dir": str(tmp_path)}, "llm": {"tiers": [tier]}}))
+    assert main(["info", "--json", "--config", str(ok)]) == 1
+    assert "kv.concurrency=17" in json.loads(capsys.readouterr().out)["kv_problem"]

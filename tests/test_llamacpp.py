@@ -12,7 +12,7 @@ from ragbudget.llm import LlamaCppGenerator, make_prompt
 
 pytest.importorskip("llama_cpp")
 
-STATIC = "You answer from the documents. Policy: cite sources as [n]. " * 12
+STATIC = "You answer from the documents. Policy: cite sources as [n]. " * 6
 
 
 @pytest.fixture(scope="module")

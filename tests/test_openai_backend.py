@@ -11,7 +11,7 @@ from ragbudget.errors import (BackendUnavailableError, GenerationError, Generati
                               PartialGenerationError)
 from ragbudget.llm import OpenAIGenerator, make_prompt
 
-STATIC = "System policy: answer from the documents and cite them. " * 10
+STATIC = "System policy: answer from the documents and cite them. " * 3
 
 
 def _prompt(q: str):
@@ -87,3 +87,36 @@ def test_missing_api_key_env_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
         OpenAIGenerator.from_tier(tier)
     monkeypatch.setenv("RB_TEST_KEY", "sk-test")
     assert OpenAIGenerator.from_tier(tier).client.api_key == "sk-test"
+
+
+@pytest.fixture(params=["extractive", "llamacpp", "openai-llama-server"])
+def any_backend(request: pytest.FixtureRequest):
+    from ragbudget.llm import ExtractiveGenerator, LlamaCppGenerator
+
+    if request.param == "extractive":
+        return ExtractiveGenerator()
+    if request.param == "llamacpp":
+        pytest.importorskip("llama_cpp")
+        return LlamaCppGenerator(str(request.getfixturevalue("tiny_gguf")), n_ctx=2048, n_threads=2)
+    return OpenAIGenerator("tiny", base_url=request.getfixturevalue("llama_server"))
+
+
+async def test_generator_conformance(any_backend) -> None:
+    """Every backend honours the same protocol: events, final Generation, usage, timings, async twins."""
+    from ragbudget.llm import Generator
+    from ragbudget.types import Chunk, Scored
+
+    ctx = [Scored(Chunk(id="c", doc_id="d", text="Llamas are domesticated South American camelids. "
+                        "They are used as pack animals."), score=1.0)]
+    p = make_prompt([("system", STATIC), ("user", "Question: What are llamas used as?")], static_prefix=STATIC)
+    assert isinstance(any_backend, Generator)
+    s = any_backend.stream(p, max_tokens=8, context=ctx)
+    events = list(s)
+    g = s.generation
+    assert events and [e.index for e in events] == list(range(len(events)))
+    assert g.text == "".join(e.text for e in events) and not g.partial
+    assert 0 < g.usage.completion_tokens <= 8 and g.usage.prompt_tokens > 0
+    assert g.timings.ttft_ms is not None and len(g.timings.itl_ms) == len(events) - 1
+    assert g.backend == any_backend.name
+    g2 = await any_backend.agenerate(p, max_tokens=8, context=ctx)
+    assert 0 < g2.usage.completion_tokens <= 8

@@ -164,3 +164,10 @@ def test_cli_quickstart_and_query(tmp_path, capsys):
                      "--json"]) == 0
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rec["answer"] and rec["ledger"]["sections"]
+
+
+def test_system_prompt_over_its_cap_fails_at_construction(tmp_path):
+    from ragbudget.errors import BudgetConfigError
+    cfg = _cfg(tmp_path, **{"budget.system.cap": 20})
+    with pytest.raises(BudgetConfigError, match="budget.system"):
+        RAG(cfg)

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from ragbudget.config import Config, load_config
+from ragbudget.config import load_config
 from ragbudget.context import ContextBuilder
-from ragbudget.errors import BudgetError, QueryError
+from ragbudget.errors import BudgetConfigError, BudgetError, QueryError
 from ragbudget.prompt import build_prompt, check_config_stability, check_prefix_stability
 from ragbudget.tokens import Tokenizer
 from ragbudget.types import Chunk, Scored
@@ -90,3 +90,11 @@ def test_bad_input_question_too_long_empty_retrieval_non_text():
     zero = ContextBuilder(CFG.with_overrides({"budget.history.cap": 0, "budget.lend": []}), TOK, None)
     z = zero.build("q?", docs(1), [{"role": "user", "content": "hello"}])
     assert z.ledger.sections["history"].used == 0 and z.ledger.sections["history"].dropped
+
+
+def test_system_prompt_over_its_cap_fails_when_builder_is_made():
+    big = CFG.with_overrides({"prompt.fixed_docs": ["lorem ipsum dolor " * 400]})
+    with pytest.raises(BudgetConfigError, match="budget.system"):
+        ContextBuilder(big, TOK, None)
+    warn = ContextBuilder(CFG.with_overrides({"prompt.modes.detailed.max_tokens": 4000}), TOK, None).warnings
+    assert any("clamped" in w for w in warn)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ragbudget.config import RerankConfig
+from ragbudget.config import RerankConfig, load_config
 from ragbudget.errors import ConfigError, ModelNotFoundError
 from ragbudget.rerank import BiEncoderReranker, CrossEncoderReranker, make_reranker, mmr, rerank
 from ragbudget.types import Chunk, Scored
@@ -56,5 +56,5 @@ def test_cross_encoder_missing_path_is_clear_error(tmp_path):
         CrossEncoderReranker(tmp_path / "nope")
     with pytest.raises(ModelNotFoundError):
         make_reranker(RerankConfig(kind="cross-encoder", model_path=str(tmp_path)), embedder=None)
-    with pytest.raises(Exception):
-        RerankConfig(kind="cross-encoder")  # needs a path, at config time
+    with pytest.raises(ConfigError, match="model_path"):  # needs a path, caught at config load
+        load_config(None, environ={"RAGBUDGET_RERANK__KIND": "cross-encoder"})

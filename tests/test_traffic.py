@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ragbudget.cli import main
 from ragbudget.errors import IngestError
 from ragbudget.eval.traffic import (generate, history_for, load_pairs, load_questions, load_traffic, paraphrase,
                                     parse_lines, save_traffic)
@@ -78,3 +79,12 @@ def test_history_for() -> None:
     h = history_for(recs, 2)
     assert [m.content for m in h if m.role == "user"] == ["q0", "q1"]
     assert len([m for m in history_for(recs, 3) if m.role == "user"]) == 5
+
+
+def test_bench_traffic_command(shared_data: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "t.jsonl"
+    assert main(["bench", "traffic", str(shared_data / "eval" / "cranfield"), "--out", str(out), "--n", "30",
+                 "--rate", "10", "--repeat", "0.3", "--paraphrase", "0.2", "--seed", "1"]) == 0
+    recs = load_traffic(out)
+    assert len(recs) == 30 and "wrote 30 requests" in capsys.readouterr().out
+    assert main(["bench", "traffic", str(tmp_path / "missing"), "--out", str(out)]) == 1

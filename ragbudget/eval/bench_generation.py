@@ -59,31 +59,37 @@ def static_part(corpus: list[dict[str, Any]], count: Callable[[str], int], targe
     return text
 
 
-def requests(corpus: list[dict[str, Any]], questions: list[dict[str, Any]], n: int) -> list[tuple[str, str]]:
+def requests(corpus: list[dict[str, Any]], questions: list[dict[str, Any]], n: int,
+             snippet_chars: int = SNIPPET_CHARS) -> list[tuple[str, str]]:
     out = []
     for k, q in enumerate(questions[:n]):
         para = corpus[(100 + 17 * k) % len(corpus)]["text"]
-        out.append((q["text"], para.split(". ")[0][:SNIPPET_CHARS]))
+        out.append((q["text"], para.split(". ")[0][:snippet_chars]))
     return out
 
 
 def layout(kind: str, static: str, question: str, snippet: str) -> Prompt:
-    variable = f"Retrieved:\n[1] {snippet}\n\nQuestion: {question}"
+    variable = (f"Retrieved:\n[1] {snippet}\n\n" if snippet else "") + f"Question: {question}"
     if kind == "cache-friendly":
         return make_prompt([("system", static), ("user", variable)], static_prefix=static)
     return make_prompt([("system", f"{variable}\n\n{static}"), ("user", question)], static_prefix="")
 
 
-def ttft_run(gen: Generator, static: str, reqs: list[tuple[str, str]], kind: str) -> dict[str, float]:
-    gen.generate(layout(kind, static, "warm-up question?", "warm-up snippet."), max_tokens=2)
-    ttfts, cached, prompt_toks = [], [], []
+def ttft_pair(gens: dict[str, Generator], static: str, reqs: list[tuple[str, str]]) -> dict[str, dict[str, float]]:
+    """TTFT per layout; each layout has its own engine (own KV cache) and requests alternate between
+    them, so both layouts see the same machine load (the machine is shared and noisy)."""
+    for kind, gen in gens.items():
+        gen.generate(layout(kind, static, "warm-up question?", "warm-up snippet."), max_tokens=2)
+    acc: dict[str, dict[str, list[float]]] = {k: {"ttft": [], "cached": [], "prompt": []} for k in gens}
     for q, snip in reqs:
-        g = gen.generate(layout(kind, static, q, snip), max_tokens=4)
-        ttfts.append(g.timings.ttft_ms or 0.0)
-        cached.append(g.usage.cached_tokens)
-        prompt_toks.append(g.usage.prompt_tokens)
-    return {"median": statistics.median(ttfts), "p95": pct(ttfts, 0.95), "cached": statistics.mean(cached),
-            "prompt": statistics.mean(prompt_toks)}
+        for kind, gen in gens.items():
+            g = gen.generate(layout(kind, static, q, snip), max_tokens=4)
+            acc[kind]["ttft"].append(g.timings.ttft_ms or 0.0)
+            acc[kind]["cached"].append(g.usage.cached_tokens)
+            acc[kind]["prompt"].append(g.usage.prompt_tokens)
+    return {k: {"median": statistics.median(a["ttft"]), "p95": pct(a["ttft"], 0.95),
+                "cached": statistics.mean(a["cached"]), "prompt": statistics.mean(a["prompt"])}
+            for k, a in acc.items()}
 
 
 def free_port() -> int:
@@ -108,32 +114,39 @@ def start_server(model: Path, n_ctx: int, threads: int) -> tuple[subprocess.Pope
     raise RuntimeError("llama_cpp.server did not start")
 
 
-def bench_prefix(model: Path, static_target: int, n: int, threads: int) -> list[str]:
+def bench_prefix(model: Path, static_target: int, n: int, threads: int,
+                 snippet_chars: int = SNIPPET_CHARS) -> list[str]:
     corpus, questions = load_squad(SQUAD)
     local = LlamaCppGenerator(str(model), n_ctx=4096, n_threads=threads)
     llm = local.load()
     count = lambda t: len(llm.tokenize(t.encode(), add_bos=False))  # noqa: E731
     static = static_part(corpus, count, static_target)
-    reqs = requests(corpus, questions, n)
+    reqs = requests(corpus, questions, n, snippet_chars)
     lines = [f"static part: {count(static)} engine tokens; {n} requests, each a SQuAD question + a one-sentence "
-             f"retrieved snippet (≤{SNIPPET_CHARS} chars); max_tokens=4; one untimed warm-up per layout", "",
+             f"retrieved snippet (≤{snippet_chars} chars; 0 = question only); max_tokens=4; one untimed warm-up per layout; each layout on its own engine "
+             "(own KV cache), requests alternating between the two so both see the same load", "",
              "| engine | layout | median TTFT ms | P95 TTFT ms | mean prompt tok | mean cached tok |",
              "|---|---|---|---|---|---|"]
+    kinds = ("variable-first", "cache-friendly")
     results: dict[tuple[str, str], dict[str, float]] = {}
-    for kind in ("variable-first", "cache-friendly"):
-        local.reset()
-        results[("in-process", kind)] = ttft_run(local, static, reqs, kind)
-    del llm, local
-    proc, base = start_server(model, 4096, threads)
+    locals_ = {k: LlamaCppGenerator(str(model), n_ctx=4096, n_threads=threads) for k in kinds}
+    for k, r in ttft_pair(locals_, static, reqs).items():  # type: ignore[arg-type]
+        results[("in-process", k)] = r
+    del llm, local, locals_
+    servers = {k: start_server(model, 4096, threads) for k in kinds}
     try:
-        remote = OpenAIGenerator("bench", base_url=base, timeout_s=120, first_token_timeout_s=120)
-        for kind in ("variable-first", "cache-friendly"):
-            results[("server", kind)] = ttft_run(remote, static, reqs, kind)
+        remotes = {k: OpenAIGenerator("bench", base_url=servers[k][1], timeout_s=300, first_token_timeout_s=300)
+                   for k in kinds}
+        for k, r in ttft_pair(remotes, static, reqs).items():  # type: ignore[arg-type]
+            results[("server", k)] = r
     finally:
-        proc.terminate()
-        proc.wait(10)
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(10)
     for (eng, kind), r in results.items():
-        lines.append(f"| {eng} | {kind} | {r['median']:.1f} | {r['p95']:.1f} | {r['prompt']:.0f} | {r['cached']:.0f} |")
+        tok = (f"{r['prompt']:.0f} | {r['cached']:.0f}" if eng == "in-process"
+               else "n/a (the server streams no usage) | n/a")
+        lines.append(f"| {eng} | {kind} | {r['median']:.1f} | {r['p95']:.1f} | {tok} |")
     lines.append("")
     for eng in ("in-process", "server"):
         a, b = results[(eng, "variable-first")], results[(eng, "cache-friendly")]
@@ -147,19 +160,22 @@ def bench_output(model: Path, reps: int, threads: int) -> list[str]:
     llm = gen.load()
     static = static_part(corpus, lambda t: len(llm.tokenize(t.encode(), add_bos=False)), 500)
     lines = ["| max_tokens | completion tok | median total ms | median decode ms (total − TTFT) | "
-             "decode ms / token | total vs 32 |", "|---|---|---|---|---|---|"]
-    base_total = None
-    for mt in (32, 64, 128, 256):
-        totals, decodes, comp = [], [], []
-        for r in range(reps):
-            g = gen.generate(layout("cache-friendly", static, questions[r]["text"], "x"), max_tokens=mt)
-            totals.append(g.timings.total_ms)
-            decodes.append(g.timings.total_ms - (g.timings.ttft_ms or 0))
-            comp.append(g.usage.completion_tokens)
-        t = statistics.median(totals)
-        base_total = base_total or t
-        lines.append(f"| {mt} | {statistics.mean(comp):.0f} | {t:.0f} | {statistics.median(decodes):.0f} | "
-                     f"{statistics.median(decodes) / mt:.2f} | {t / base_total:.2f}× |")
+             "decode ms / token | total vs max_tokens=32 |", "|---|---|---|---|---|---|"]
+    sizes = (32, 64, 128, 256)
+    runs: dict[int, dict[str, list[float]]] = {mt: {"total": [], "decode": [], "comp": []} for mt in sizes}
+    for r in range(reps):  # sizes interleaved so each sees the same machine load
+        prompt = layout("cache-friendly", static, questions[r]["text"], "x")
+        gen.generate(prompt, max_tokens=1)  # untimed: prefill once, so every size starts from the same cache
+        for mt in sizes:
+            g = gen.generate(prompt, max_tokens=mt)
+            runs[mt]["total"].append(g.timings.total_ms)
+            runs[mt]["decode"].append(g.timings.total_ms - (g.timings.ttft_ms or 0))
+            runs[mt]["comp"].append(g.usage.completion_tokens)
+    base_total = statistics.median(runs[sizes[0]]["total"])
+    for mt in sizes:
+        t, dec = statistics.median(runs[mt]["total"]), statistics.median(runs[mt]["decode"])
+        lines.append(f"| {mt} | {statistics.mean(runs[mt]['comp']):.0f} | {t:.0f} | {dec:.0f} | "
+                     f"{dec / mt:.2f} | {t / base_total:.2f}× |")
     return lines
 
 
@@ -234,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--static-tokens", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--snippet-chars", type=int, default=SNIPPET_CHARS)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", choices=("prefix", "output", "routing"), default=None)
     args = ap.parse_args(argv)
@@ -247,7 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{args.threads} threads\n")
         if args.only in (None, "prefix"):
             print("### Prefix layout (TTFT)\n")
-            print("\n".join(bench_prefix(model, args.static_tokens, args.requests, args.threads)) + "\n")
+            print("\n".join(bench_prefix(model, args.static_tokens, args.requests, args.threads,
+                                        args.snippet_chars)) + "\n")
         if args.only in (None, "output"):
             print("### Output length (in-process llama.cpp)\n")
             print("\n".join(bench_output(model, args.reps, args.threads)) + "\n")

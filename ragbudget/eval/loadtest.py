@@ -225,16 +225,16 @@ def run(n_docs: int, duration_s: float, slots: int) -> dict[str, Any]:
         phases: list[Phase] = []
         with ServerProcess(phase_config(cfg, work, "off", **base, **{"service.admission.enabled": False})) as srv:
             asyncio.run(closed_loop(srv.url, questions, 1, 10, 60, "warmup"))
-            unloaded = asyncio.run(closed_loop(srv.url, questions, 1, 60, 90, "unloaded (1 client)"))
-            saturated = asyncio.run(closed_loop(srv.url, questions, slots * 2, 120, 90, f"closed loop ({slots * 2})"))
-            sustainable = saturated.offered_rps
+            unloaded = asyncio.run(closed_loop(srv.url, questions, 1, 40, 90, "unloaded (1 client)"))
+            saturated = asyncio.run(closed_loop(srv.url, questions, slots * 2, 60, 90, f"closed loop ({slots * 2})"))
+            sustainable = saturated.summary()["throughput_rps"]  # answered requests only
             phases += [unloaded, saturated]
             phases.append(asyncio.run(open_loop(srv.url, questions, 2 * sustainable, duration_s,
                                                 "2x sustainable, admission OFF")))
         u = unloaded.summary()
         slo_ttft = 1.5 * (u["ttft_p95_ms"] or 100.0)
         adm = {**base, "service.admission.enabled": True, "service.admission.slo_ttft_p95_ms": slo_ttft,
-               "service.admission.slo_queue_wait_ms": max(1.0, 0.5 * (u["ttft_p50_ms"] or 50.0)),
+               "service.admission.slo_queue_wait_ms": 0.5 * slo_ttft,
                "service.admission.queue_size": slots, "service.admission.window_s": 5.0,
                "service.admission.min_samples": 10,
                "service.admission.queue_timeout_s": max(0.05, (u["ttft_p99_ms"] or 100.0) / 1000)}

@@ -1,9 +1,9 @@
 """Query-embedding latency under concurrency, unbatched vs :class:`~ragbudget.microbatch.MicroBatcher`.
 
-    python -m ragbudget.eval.microbatch_bench --requests 96 --concurrency 1 4 8 16 --wait 0 2 5
+    python -m ragbudget.eval.microbatch_bench --requests 64 --concurrency 1 4 8 16 --wait 0 2 5 --rounds 3
 
 Closed loop: C threads embed distinct real questions (Cranfield + SQuAD) back to back; every cell sends
-the same ``--requests`` texts. Reports P50/P95/P99 per call and throughput, one table from one run.
+the same ``--requests`` texts, ``--rounds`` times. Reports P50/P95/P99 per call and throughput, one table from one run.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def questions(limit: int) -> list[str]:
     return out[:limit]
 
 
-def run_cell(embed_query: Callable[[str], Any], texts: Sequence[str], concurrency: int) -> dict[str, float]:
+def run_cell(embed_query: Callable[[str], Any], texts: Sequence[str], concurrency: int) -> tuple[list[float], float]:
+    """Per-call latencies (ms) and wall time (s) of ``concurrency`` closed-loop threads over ``texts``."""
     lat: list[float] = []
     lock = threading.Lock()
     it = iter(texts)
@@ -50,29 +51,40 @@ def run_cell(embed_query: Callable[[str], Any], texts: Sequence[str], concurrenc
     with ThreadPoolExecutor(concurrency) as pool:
         for f in [pool.submit(worker) for _ in range(concurrency)]:
             f.result()
-    wall = time.perf_counter() - t0
-    return {"p50_ms": round(percentile(lat, 50), 2), "p95_ms": round(percentile(lat, 95), 2),
-            "p99_ms": round(percentile(lat, 99), 2), "qps": round(len(lat) / wall, 1)}
+    return lat, time.perf_counter() - t0
 
 
-def run(n_requests: int, concurrency: Sequence[int], waits: Sequence[float], max_batch: int) -> list[dict[str, Any]]:
+def run(n_requests: int, concurrency: Sequence[int], waits: Sequence[float], max_batch: int,
+        rounds: int = 3) -> list[dict[str, Any]]:
+    """Every (concurrency, mode) cell ``rounds`` times, modes interleaved round by round so that load from
+    elsewhere on the machine hits all modes alike; percentiles over all rounds' calls."""
     emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=False))
     emb.warm_up()
     texts = questions(n_requests)
     run_cell(emb.embed_query, texts[:16], 1)  # warm the model's kernels
+    modes = ["unbatched"] + [f"batched wait={w:g}ms" for w in waits]
+    lat: dict[tuple[int, str], list[float]] = {}
+    wall: dict[tuple[int, str], float] = {}
+    batch: dict[tuple[int, str], list[float]] = {}
+    for _ in range(rounds):
+        for c in concurrency:
+            for name, w in zip(modes, [None, *waits]):
+                mb = None if w is None else MicroBatcher(emb, max_batch=max_batch, max_wait_ms=w)
+                emb._recent.clear()  # the embedder's recent-query memory would turn repeats into free hits
+                got, secs = run_cell(emb.embed_query if mb is None else mb.embed_query, texts, c)
+                lat.setdefault((c, name), []).extend(got)
+                wall[(c, name)] = wall.get((c, name), 0.0) + secs
+                if mb is not None:
+                    batch.setdefault((c, name), []).append(mb.stats.mean_batch)
+                    mb.close()
     rows = []
     for c in concurrency:
-        cells: list[tuple[str, Callable[[str], Any], MicroBatcher | None]] = [("unbatched", emb.embed_query, None)]
-        for w in waits:
-            mb = MicroBatcher(emb, max_batch=max_batch, max_wait_ms=w)
-            cells.append((f"batched wait={w:g}ms", mb.embed_query, mb))
-        for name, fn, mb in cells:
-            emb._recent.clear()  # the embedder's recent-query memory would turn repeats into free hits
-            row: dict[str, Any] = {"concurrency": c, "mode": name, **run_cell(fn, texts, c)}
-            if mb is not None:
-                row["mean_batch"] = round(mb.stats.mean_batch, 2)
-                mb.close()
-            rows.append(row)
+        for name in modes:
+            v = lat[(c, name)]
+            rows.append({"concurrency": c, "mode": name, "p50_ms": round(percentile(v, 50), 2),
+                         "p95_ms": round(percentile(v, 95), 2), "p99_ms": round(percentile(v, 99), 2),
+                         "qps": round(len(v) / wall[(c, name)], 1),
+                         "mean_batch": round(sum(batch.get((c, name), [1.0])) / len(batch.get((c, name), [1.0])), 2)})
     return rows
 
 
@@ -93,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
     ap.add_argument("--wait", type=float, nargs="+", default=[0.0, 2.0, 5.0], help="max_wait_ms values")
     ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    rows = run(args.requests, args.concurrency, args.wait, args.max_batch)
+    rows = run(args.requests, args.concurrency, args.wait, args.max_batch, args.rounds)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
     print(markdown(rows))

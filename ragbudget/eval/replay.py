@@ -53,6 +53,7 @@ class RequestResult:
     degrade_level: int = 0
     stages: dict[str, float] = field(default_factory=dict)
     total_ms: float = 0.0  # the pipeline's own end-to-end time (no client or transport time)
+    retrieval_hit: bool = False  # retrieval cache answered the search (response cache missed)
 
     @property
     def ok(self) -> bool:
@@ -75,6 +76,7 @@ def fill_from_answer(res: RequestResult, ans: Mapping[str, Any]) -> RequestResul
     led = ans.get("ledger", {}) or {}
     route = led.get("route", {}) or {}
     res.cache_layer = ans.get("cache_layer") or led.get("cache_layer")
+    res.retrieval_hit = "retrieval_cache_hit" in (led.get("flags") or [])
     res.route = ans.get("route", "") or ""
     res.prompt_tokens = int(u.get("prompt_tokens", 0))
     res.cached_tokens = int(u.get("cached_tokens", 0))
@@ -205,21 +207,26 @@ async def replay(records: Sequence[TrafficRecord], target: Target, *, max_reques
         async with sem:
             results.append(await target.send(recs[i], history_for(recs, i)))
 
-    tasks = []
+    tasks: dict[asyncio.Task[None], int] = {}
     t0 = time.perf_counter()
     for i, rec in enumerate(recs):
         at = rec.t / speed
         if at > max_s:
             break
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
-        tasks.append(asyncio.create_task(fire(i)))
-    remaining = max(1.0, max_s - (time.perf_counter() - t0))
-    done, pending = await asyncio.wait(tasks, timeout=remaining) if tasks else (set(), set())
-    for t in pending:
+        tasks[asyncio.create_task(fire(i))] = i
+    remaining = max(0.1, max_s - (time.perf_counter() - t0))
+    _, pending = await asyncio.wait(list(tasks), timeout=remaining) if tasks else (set(), set())
+    for t in pending:  # still running at the deadline: cancelled and reported as client timeouts (408)
         t.cancel()
+        rec = recs[tasks[t]]
+        results.append(RequestResult(id=rec.id, kind=rec.kind, tenant=rec.tenant, arrival_s=rec.t, status=408,
+                                     error=f"replay deadline ({max_s:g} s)", e2e_ms=max_s * 1000))
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
     wall = time.perf_counter() - t0
     return ReplayReport(target=target.name, results=sorted(results, key=lambda r: r.arrival_s), wall_s=wall,
-                        skipped=len(records) - len(done))
+                        skipped=len(records) - len(tasks))
 
 
 def _pcts(values: Sequence[float], prefix: str) -> dict[str, float | None]:
@@ -247,7 +254,8 @@ def summarize(results: Sequence[RequestResult], wall_s: float, *, skipped: int =
         **_pcts([r.overhead_ms for r in fresh], "overhead"),
         **_pcts([r.search_ms for r in fresh if r.search_ms > 0], "search"),
         "cache_hit_rate": round(sum(layers.values()) / n, 4) if n else 0.0,
-        "cache_hit_rate_by_layer": {k: round(v / n, 4) for k, v in sorted(layers.items())},
+        "cache_hit_rate_by_layer": {**{k: round(v / n, 4) for k, v in sorted(layers.items())},
+                                    "retrieval": round(sum(r.retrieval_hit for r in ok) / n, 4) if n else 0.0},
         "prompt_tokens_mean": round(sum(r.prompt_tokens for r in ok) / n, 1) if n else 0.0,
         "context_tokens_mean": round(sum(r.context_tokens for r in fresh) / len(fresh), 1) if fresh else 0.0,
         "cached_tokens_total": sum(r.cached_tokens for r in ok),

@@ -214,6 +214,9 @@ class HybridIndex:
         if embedder.model_id != self.manifest.embedding_model:
             self.manifest.check_model(embedder.model_id)
         report = IngestReport(index=self.name)
+        if self.manifest.chunker != self.chunker.settings() and len(self):
+            report.notes.append(f"chunking settings changed ({self.manifest.chunker} → {self.chunker.settings()}): "
+                                "re-ingested documents are re-chunked and re-embedded; use --rebuild to redo all")
         ids_seen: dict[str, Document] = {}
         for d in docs:
             if d.id in ids_seen:
@@ -281,6 +284,8 @@ class HybridIndex:
         m.n_chunks, m.n_documents = len(chunks), len(self.store.doc_ids())
         m.content_version = content_version(self._ids)
         m.faiss_kind, m.updated_at, m.notes = self.dense.kind, time.time(), list(self.dense.notes)
+        m.chunker = self.chunker.settings()
+        m.analyzer = {**self.sparse.analyzer.settings(), "k1": self.sparse.config.k1, "b": self.sparse.config.b}
         report.content_version = m.content_version
         if progress:
             progress("index", 1, 1)

@@ -73,7 +73,9 @@ class Chunker:
         return out
 
     def _groups(self, text: str) -> list[str]:
-        """Paragraph groups of at most ``chunk_size`` tokens (a longer paragraph is a group of its own)."""
+        """Paragraph groups of about ``chunk_size`` tokens. A group closes when the next paragraph would
+        overflow it (once it is at least half full: a short heading stays with its text) or after an
+        anchor paragraph; the splitter then cuts any group still over ``chunk_size``."""
         groups: list[str] = []
         cur: list[str] = []
         size = 0
@@ -81,7 +83,7 @@ class Chunker:
             if not para:
                 continue
             n = self.tokenizer.count(para) + 2
-            if cur and size + n > self.config.chunk_size:
+            if cur and size + n > self.config.chunk_size and size >= self.config.chunk_size // 2:
                 groups.append("\n\n".join(cur))
                 cur, size = [], 0
             cur.append(para)

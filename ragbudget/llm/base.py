@@ -12,7 +12,7 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..errors import GenerationError, PartialGenerationError
 from ..types import Generation, Message, Prompt, Scored, Timings, TokenEvent, Usage

@@ -25,7 +25,7 @@ from .state import Job, ServiceState
 
 router = APIRouter()
 JOB_ID = re.compile(r"^batch-[0-9a-f]{16}$")
-JSONL_BODY = {"requestBody": {"required": True, "content": {"application/x-ndjson": {"schema": {
+JSONL_BODY = {"requestBody": {"required": True, "content": {"text/plain": {"schema": {
     "type": "string", "description": 'one JSON object per line: {"id", "question", "mode"?, "index"?}'}}}}}
 
 

@@ -9,6 +9,7 @@ a ``ragbudget`` object (citations, ledger, route, cache layer, degrade level).
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from typing import Any, AsyncIterator
@@ -20,11 +21,12 @@ from ..config import TenantConfig
 from ..errors import RagBudgetError
 from ..types import Answer, FinalEvent, Message, TokenEvent
 from .auth import current_tenant, get_state
-from .errors import ApiError, rag_error_payload
+from .errors import ApiError, error_body, rag_error_payload
 from .query import SSE_SEND_TIMEOUT_S
 from .run import answer_once, answer_stream, precheck, prepare, require_rag
 from .schemas import ChatCompletionRequest, ChatMessage
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -93,6 +95,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                                 ragbudget=_extension(a, extras))
         except RagBudgetError as err:
             _, payload, _ = rag_error_payload(err)
+            yield {"data": json.dumps(payload)}
+        except Exception as err:  # noqa: BLE001 - the status line is sent; report in-band, never hang
+            log.exception("stream failed")
+            payload = error_body("internal_error", f"{type(err).__name__}: {err}", "this is a bug; please report it")
             yield {"data": json.dumps(payload)}
         yield {"data": "[DONE]"}
 

@@ -8,6 +8,7 @@ level), or ``error`` ({error: {type, message, fix}}) if the stream fails after i
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, Request
@@ -17,10 +18,11 @@ from ..config import TenantConfig
 from ..errors import RagBudgetError
 from ..types import Message
 from .auth import current_tenant, get_state
-from .errors import rag_error_payload
+from .errors import error_body, rag_error_payload
 from .run import answer_once, answer_stream, event_payload, precheck, prepare
 from .schemas import QueryRequest
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 SSE_SEND_TIMEOUT_S = 30.0  # a client that stops reading for this long is dropped (generation cancelled)
 
@@ -44,6 +46,10 @@ async def query(body: QueryRequest, request: Request, tenant: TenantConfig = Dep
                 yield {"event": name, "data": json.dumps(data, default=str)}
         except RagBudgetError as err:
             _, payload, _ = rag_error_payload(err)
+            yield {"event": "error", "data": json.dumps(payload)}
+        except Exception as err:  # noqa: BLE001 - the status line is sent; report in-band, never hang
+            log.exception("stream failed")
+            payload = error_body("internal_error", f"{type(err).__name__}: {err}", "this is a bug; please report it")
             yield {"event": "error", "data": json.dumps(payload)}
 
     return EventSourceResponse(events(), send_timeout=SSE_SEND_TIMEOUT_S, ping=15)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
@@ -79,11 +80,6 @@ def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int)
             "queue_wait_ms": round(queue_wait_ms, 3)}
 
 
-def _observe(state: ServiceState, answer: Answer) -> None:
-    """Feed the ladder; the pipeline itself records the answer in the shared :class:`Metrics`."""
-    t = answer.timings
-    state.admission.record_ttft(t.ttft_ms if t.ttft_ms is not None else t.total_ms)
-
 
 def _admission_rejected(state: ServiceState, pq: PreparedQuery, err: AdmissionError) -> None:
     msg = str(err)
@@ -124,9 +120,11 @@ def precheck(state: ServiceState, pq: PreparedQuery) -> None:
 async def answer_once(state: ServiceState, pq: PreparedQuery) -> tuple[Answer, dict[str, Any]]:
     """Admit, answer (non-streaming), record metrics."""
     rag = require_rag(state)
+    t0 = time.perf_counter()
     async with admitted(state, pq) as (level, wait_ms):
         answer = await rag.aquery(pq.question, **pq.kwargs(level))
-    _observe(state, answer)
+    # the ladder sees what the client saw (queue wait included); the pipeline records the answer in Metrics
+    state.admission.record_ttft((time.perf_counter() - t0) * 1000)
     return answer, _extras(answer, pq, wait_ms, level)
 
 
@@ -135,6 +133,8 @@ async def answer_stream(state: ServiceState, pq: PreparedQuery
     """Admit, then yield the pipeline's events. Closing this generator (client gone) closes the
     pipeline's stream, which cancels generation, and gives the admission slot back."""
     rag = require_rag(state)
+    t0 = time.perf_counter()
+    first = True
     async with admitted(state, pq) as (level, wait_ms):
         yield ProgressEvent("admitted", f"degrade level {level}, queued {wait_ms:.0f} ms"), {}
         stream = rag.astream(pq.question, **pq.kwargs(level))
@@ -142,8 +142,10 @@ async def answer_stream(state: ServiceState, pq: PreparedQuery
             stream = await stream
         async with contextlib.aclosing(stream) as events:
             async for ev in events:
+                if first and isinstance(ev, (TokenEvent, FinalEvent)):
+                    state.admission.record_ttft((time.perf_counter() - t0) * 1000)
+                    first = False
                 if isinstance(ev, FinalEvent):
-                    _observe(state, ev.answer)
                     yield ev, _extras(ev.answer, pq, wait_ms, level)
                 else:
                     yield ev, {}
