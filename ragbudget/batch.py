@@ -150,10 +150,12 @@ def answer_record(item: BatchItem, answer: Answer) -> dict[str, Any]:
     return {"id": item.id, "ok": True, **d}
 
 
-def error_record(item: BatchItem, err: RagBudgetError) -> dict[str, Any]:
+def error_record(item: BatchItem, err: Exception) -> dict[str, Any]:
+    """A failed query's line (unexpected exceptions are recorded too: they are bugs, not lost lines)."""
     msg = str(err).split("\n  fix:")[0]
+    fix = err.fix or "" if isinstance(err, RagBudgetError) else "unexpected error; please report it"
     return {"id": item.id, "ok": False, "question": item.question,
-            "error": {"type": type(err).__name__, "message": msg, "fix": err.fix or ""}}
+            "error": {"type": type(err).__name__, "message": msg, "fix": fix}}
 
 
 def run_batch(rag: Answers, in_path: str | os.PathLike[str], out_path: str | os.PathLike[str],
@@ -171,7 +173,7 @@ def run_batch(rag: Answers, in_path: str | os.PathLike[str], out_path: str | os.
                 try:
                     append_record(fh, answer_record(item, rag.query(item.question, tenant=tenant, **item.kwargs())))
                     report.answered += 1
-                except RagBudgetError as err:
+                except Exception as err:  # noqa: BLE001 - one bad query must not lose the rest of the batch
                     append_record(fh, error_record(item, err))
                     report.failed += 1
                     report.errors.append(f"{item.id}: {err}")
@@ -209,7 +211,7 @@ async def arun_batch(rag: Answers, items: list[BatchItem], out_path: str | os.Pa
                             report.failed += 1
                             break
                         await asyncio.sleep(min(max(err.retry_after_s, 0.05), 5.0))
-                    except RagBudgetError as err:
+                    except Exception as err:  # noqa: BLE001 - recorded per query; the batch goes on
                         append_record(fh, error_record(item, err))
                         report.failed += 1
                         report.errors.append(f"{item.id}: {err}")

@@ -249,8 +249,13 @@ class RAG:
     def stream(self, question: str, *, history: Sequence[Message | Mapping[str, str]] | None = None,
                mode: str | None = None, index: str | None = None, tenant: str = "default",
                degrade_level: int = 0, max_tokens: int | None = None, task: str | None = None,
-               cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
-        """Progress events, token events, then one FinalEvent with the complete Answer."""
+               escalate: bool = False, cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+        """Progress events, token events, then one FinalEvent with the complete Answer.
+
+        ``escalate=True`` holds a small tier's answer until it passes the router's check (not empty, no
+        refusal, grounded) and escalates otherwise; it delays the first token, so streams default to
+        False and :meth:`query` to True.
+        """
         t_start = time.perf_counter()
         if not isinstance(question, str) or not question.strip():
             raise QueryError("the question is empty", fix="ask a question with at least one word")
@@ -328,15 +333,18 @@ class RAG:
         else:
             task_ = (task or "degraded") if degrade_level >= DEGRADE_SMALL_MODEL else task
             rs = self.router.stream(built.prompt, question=question, max_tokens=built.allocation.output,
-                                    context=built.context, task=task_, refit=refit)
+                                    context=built.context, task=task_, refit=refit, escalate=escalate)
+        finished = False
         try:
             for ev in rs:
                 yield ev
                 if cancel is not None and cancel.is_set():
-                    _close(rs)
                     return
+            finished = True
         finally:
             timings.stages["generate"] = _ms(t0)
+            if not finished:  # consumer left or cancelled: stop the backend now, not at garbage collection
+                _close(rs)
         routed = rs.routed
         assert routed is not None
         ans = self._answer(question, routed, built.context, ledger, timings, t_start, built=built)
@@ -384,6 +392,7 @@ class RAG:
     def query(self, question: str, **kw: Any) -> Answer:
         """Answer ``question``; see :meth:`stream` for the keyword arguments."""
         final = None
+        kw.setdefault("escalate", True)
         for ev in self.stream(question, **kw):
             if isinstance(ev, FinalEvent):
                 final = ev.answer

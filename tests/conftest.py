@@ -9,6 +9,9 @@ import pytest
 from ragbudget.config import EmbeddingConfig
 from ragbudget.embed import SentenceTransformerEmbedder
 
+# Session-wide fixtures shared by several test modules, registered once so each is built once per run.
+pytest_plugins = ["redis_fixture", "service_fixtures", "fixtures_llm"]
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 

@@ -46,7 +46,7 @@ def service_config(docs_root: Path, tmp_path_factory: pytest.TempPathFactory) ->
         "service.tenants": [
             TenantConfig(name="acme", api_keys=[KEYS["acme"]], indexes=["default", "acme-extra"]).model_dump(),
             TenantConfig(name="globex", api_keys=[KEYS["globex"]], indexes=["globex"]).model_dump(),
-            TenantConfig(name="tiny", api_keys=[KEYS["tiny"]], indexes=["default"], requests_per_s=0.05,
+            TenantConfig(name="tiny", api_keys=[KEYS["tiny"]], indexes=["default"], requests_per_s=0.0005,
                          burst=2).model_dump(),
         ],
         "service.limits.max_question_tokens": 64,

@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 import redis
-from redis_fixture import redis_server  # noqa: F401  (fixture)
 
 from ragbudget.admission import (AdmissionController, DegradeLadder, MemoryBuckets, PriorityLimiter,
                                  RedisBuckets, SlidingWindow)

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from service_fixtures import cranfield_rag, docs_root, service_config  # noqa: F401
 
 from ragbudget.batch import done_ids, parse_lines, run_batch
 from ragbudget.errors import QueryError

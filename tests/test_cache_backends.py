@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis_fixture import free_port, redis_server, start_redis, stop_redis  # noqa: F401
+from redis_fixture import free_port, start_redis, stop_redis
 
 from ragbudget.cache import MemoryBackend, RedisBackend, SQLiteBackend, make_backend
 from ragbudget.config import CacheConfig

@@ -7,7 +7,7 @@ import json
 import uuid
 
 import pytest
-from redis_fixture import free_port, redis_server  # noqa: F401
+from redis_fixture import free_port
 
 from ragbudget.cache import (CacheLayers, ExactResponseCache, MemoryBackend, RedisBackend, ResponseCache,
                              ResponseScope, RetrievalCache, SemanticResponseCache, ToolCache, answer_from_dict,

@@ -8,7 +8,7 @@ import gguf
 import numpy as np
 import pytest
 
-from fixtures_llm import TINY, tiny_gguf  # noqa: F401  (fixture)
+from fixtures_llm import TINY
 from ragbudget.cli import main as cli_main
 from ragbudget.errors import ConfigError
 from ragbudget.llm.gguf_writer import BAN_WEIGHT, GGUFSpec, allowed_token_mask, vocabulary, write_random_gguf

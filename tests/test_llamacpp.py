@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_llm import tiny_gguf  # noqa: F401  (fixture)
 from ragbudget.errors import GenerationError, ModelNotFoundError
 from ragbudget.llm import LlamaCppGenerator, make_prompt
 

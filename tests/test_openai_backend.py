@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures_llm import RawServer, free_port, llama_server, raw_server, tiny_gguf  # noqa: F401
+from fixtures_llm import RawServer, free_port
 from ragbudget.config import TierConfig
 from ragbudget.errors import (BackendUnavailableError, GenerationError, GenerationTimeoutError,
                               PartialGenerationError)

@@ -12,7 +12,6 @@ from typing import Iterator, Sequence
 
 import pytest
 
-from fixtures_llm import tiny_gguf  # noqa: F401  (fixture)
 from ragbudget.config import LLMConfig, RouterConfig, TierConfig
 from ragbudget.errors import BackendUnavailableError, PartialGenerationError, RoutingError
 from ragbudget.llm import LlamaCppGenerator, make_prompt

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import httpx
 import openai
 import pytest
-from service_fixtures import KEYS, cranfield_rag, docs_root, service_config  # noqa: F401
+from service_fixtures import KEYS
 from prometheus_client.parser import text_string_to_metric_families
 
 from ragbudget.llm.base import BaseGenerator

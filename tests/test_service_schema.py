@@ -13,7 +13,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
-from service_fixtures import KEYS, cranfield_rag, docs_root, service_config  # noqa: F401
+from service_fixtures import KEYS
 
 from ragbudget.service.app import BackgroundServer, create_app
 

@@ -84,6 +84,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.set_defaults(handler=_microbatch)
 
+    for q in bs.choices.values():  # nested commands: accept --config after the command too
+        if q.prog.split()[-1] != "compare":
+            q.add_argument("--config", dest="config", default=argparse.SUPPRESS, help="YAML config")
+
     i = sub.add_parser("info", help="config summary, indexes, KV-cache capacity of configured tiers")
     i.add_argument("--json", action="store_true")
     i.set_defaults(handler=_info)

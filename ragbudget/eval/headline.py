@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
+from ..config import Config, load_config
 from ..embed import EmbeddingCache, SentenceTransformerEmbedder
 from ..llm import LlamaCppGenerator, make_prompt
 from ..llm.gguf_writer import GGUFSpec, write_random_gguf
@@ -56,9 +56,9 @@ def _p(v: list[float], q: float) -> float:
     return round(percentile(v, q), 2)
 
 
-def _rag(work: Path, name: str, embedder: SentenceTransformerEmbedder, corpus: Path,
+def _rag(base: Config, work: Path, name: str, embedder: SentenceTransformerEmbedder, corpus: Path,
          generators: dict[str, Any] | None = None, **over: Any) -> RAG:
-    cfg = Config().with_overrides({"index.dir": str(work / "indexes"), "index.name": name,
+    cfg = base.with_overrides({"index.dir": str(work / "indexes"), "index.name": name,
                                    "cache.response": False, "cache.retrieval": False,
                                    "cache.semantic.enabled": False, **over})
     rag = RAG(cfg, embedder=embedder, generators=generators)
@@ -91,10 +91,10 @@ def _pipeline_run(rag: RAG, questions: list[str], answers: list[list[str]] | Non
     return out
 
 
-def squad(work: Path, emb: SentenceTransformerEmbedder, limit: int | None) -> dict[str, Any]:
+def squad(base: Config, work: Path, emb: SentenceTransformerEmbedder, limit: int | None) -> dict[str, Any]:
     folder = DATA / "squad2"
     qs = load_questions(folder, limit)
-    rag = _rag(work, "squad2", emb, folder / "corpus.jsonl")
+    rag = _rag(base, work, "squad2", emb, folder / "corpus.jsonl")
     try:
         ours = _pipeline_run(rag, [q["text"] for q in qs], [q["answers"] for q in qs])
     finally:
@@ -103,11 +103,11 @@ def squad(work: Path, emb: SentenceTransformerEmbedder, limit: int | None) -> di
     return {"ragbudget": ours, "llamaindex": base}
 
 
-def cranfield(work: Path, emb: SentenceTransformerEmbedder, pipeline_queries: int) -> dict[str, Any]:
+def cranfield(base: Config, work: Path, emb: SentenceTransformerEmbedder, pipeline_queries: int) -> dict[str, Any]:
     folder = DATA / "cranfield"
     beir = load_beir(folder)
     qids = sorted(beir.queries, key=lambda q: (len(q), q))
-    rag = _rag(work, "cranfield", emb, folder / "corpus.jsonl")
+    rag = _rag(base, work, "cranfield", emb, folder / "corpus.jsonl")
     try:
         nd = [ndcg_at_k(dedupe([s.chunk.doc_id for s in rag.search(beir.queries[q], k=100)]), beir.qrels[q], 10)
               for q in qids]
@@ -123,14 +123,14 @@ def cranfield(work: Path, emb: SentenceTransformerEmbedder, pipeline_queries: in
     return {"ragbudget": ours, "llamaindex": base}
 
 
-def ttft(work: Path, emb: SentenceTransformerEmbedder, n: int, threads: int) -> dict[str, Any]:
+def ttft(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int, threads: int) -> dict[str, Any]:
     """TTFT on llama.cpp: ragbudget's budgeted prompt vs LlamaIndex's default prompt, same model."""
     folder = DATA / "squad2"
     model = write_random_gguf(work / "headline.gguf", GGUFSpec(layers=4, dim=256, heads=4, ff=512,
                                                                context_length=N_CTX))
     ours_gen = LlamaCppGenerator(str(model), n_ctx=N_CTX, n_threads=threads)
     base_gen = LlamaCppGenerator(str(model), n_ctx=N_CTX, n_threads=threads)
-    rag = _rag(work, "squad2-llama", emb, folder / "corpus.jsonl", generators={"local": ours_gen}, **{
+    rag = _rag(base, work, "squad2-llama", emb, folder / "corpus.jsonl", generators={"local": ours_gen}, **{
         "llm.tiers": [{"name": "local", "backend": "llamacpp", "model": str(model), "context_window": N_CTX,
                        "n_ctx": N_CTX, "max_output_tokens": 8}],
         "llm.router.enabled": False})
@@ -157,9 +157,9 @@ def ttft(work: Path, emb: SentenceTransformerEmbedder, n: int, threads: int) -> 
                            "prompt_tokens_mean": round(sum(b_p) / len(b_p), 1)}}
 
 
-def cache_replay(work: Path, emb: SentenceTransformerEmbedder, n: int) -> dict[str, Any]:
+def cache_replay(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int) -> dict[str, Any]:
     folder = DATA / "squad2"
-    rag = _rag(work, "squad2-cache", emb, folder / "corpus.jsonl", **{
+    rag = _rag(base, work, "squad2-cache", emb, folder / "corpus.jsonl", **{
         "cache.response": True, "cache.retrieval": True, "cache.semantic.enabled": True})
     recs = generate([q["text"] for q in load_questions(folder)], n, rate=1000.0, repeat=0.3,
                     paraphrase_rate=0.2, seed=7)
@@ -185,17 +185,20 @@ def _timed(name: str, fn: Any) -> Any:
     return out
 
 
-def run(squad_limit: int | None, cranfield_pipeline: int, ttft_n: int, replay_n: int, threads: int) -> dict[str, Any]:
+def run(squad_limit: int | None, cranfield_pipeline: int, ttft_n: int, replay_n: int, threads: int,
+        config: Config | None = None) -> dict[str, Any]:
+    """Every section; ``config`` is ragbudget's configuration (default: the built-in defaults)."""
+    base = config or Config()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ragbudget-headline-") as tmp:
         work = Path(tmp)
-        emb = SentenceTransformerEmbedder(Config().embedding, cache=EmbeddingCache(work / "emb.sqlite"))
+        emb = SentenceTransformerEmbedder(base.embedding, cache=EmbeddingCache(work / "emb.sqlite"))
         emb.warm_up()
         out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d")}
-        out["squad2"] = _timed("squad2", lambda: squad(work, emb, squad_limit))
-        out["cranfield"] = _timed("cranfield", lambda: cranfield(work, emb, cranfield_pipeline))
-        out["ttft"] = _timed("ttft", lambda: ttft(work, emb, ttft_n, threads)) if ttft_n else None
-        out["cache"] = _timed("cache", lambda: cache_replay(work, emb, replay_n)) if replay_n else None
+        out["squad2"] = _timed("squad2", lambda: squad(base, work, emb, squad_limit))
+        out["cranfield"] = _timed("cranfield", lambda: cranfield(base, work, emb, cranfield_pipeline))
+        out["ttft"] = _timed("ttft", lambda: ttft(base, work, emb, ttft_n, threads)) if ttft_n else None
+        out["cache"] = _timed("cache", lambda: cache_replay(base, work, emb, replay_n)) if replay_n else None
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -261,10 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft", type=int, default=20, help="requests for the llama.cpp TTFT row (0: skip)")
     ap.add_argument("--replay", type=int, default=150, help="requests in the cache replay (0: skip)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--config", default=None, help="ragbudget's config (default: built-in defaults)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--write", default=None, help="update the headline table in this BENCHMARKS.md")
     args = ap.parse_args(argv)
-    r = run(args.squad_limit, args.cranfield_pipeline, args.ttft, args.replay, args.threads)
+    r = run(args.squad_limit, args.cranfield_pipeline, args.ttft, args.replay, args.threads,
+            load_config(args.config, environ={}) if args.config else None)
+    r["config"] = args.config or "built-in defaults"
     table = markdown(r)
     print(json.dumps(r, indent=1))
     print(table)

@@ -205,7 +205,12 @@ async def replay(records: Sequence[TrafficRecord], target: Target, *, max_reques
 
     async def fire(i: int) -> None:
         async with sem:
-            results.append(await target.send(recs[i], history_for(recs, i)))
+            try:
+                results.append(await target.send(recs[i], history_for(recs, i)))
+            except Exception as err:  # noqa: BLE001 - a crash is a result (500), never a lost request
+                rec = recs[i]
+                results.append(RequestResult(id=rec.id, kind=rec.kind, tenant=rec.tenant, arrival_s=rec.t,
+                                             status=500, error=f"{type(err).__name__}: {err}"))
 
     tasks: dict[asyncio.Task[None], int] = {}
     t0 = time.perf_counter()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -39,6 +40,7 @@ class Analyzer:
         self._stop = english_stopwords() if config.stopwords else frozenset()
         self._stemmer = snowballstemmer.stemmer("english") if config.stemmer == "english" else None
         self._memo: dict[str, str] = {}
+        self._lock = threading.Lock()  # snowballstemmer stemmers are not thread-safe
 
     def settings(self) -> dict[str, object]:
         return {"stemmer": self.config.stemmer, "stopwords": self.config.stopwords}
@@ -51,7 +53,8 @@ class Analyzer:
         for t in toks:
             s = self._memo.get(t)
             if s is None:
-                s = self._memo[t] = self._stemmer.stemWord(t)
+                with self._lock:
+                    s = self._memo[t] = self._stemmer.stemWord(t)
             out.append(s)
         return out
 
