@@ -279,12 +279,12 @@ class RAG:
         yield ProgressEvent("cache", "looking up cached answers")
         t0 = time.perf_counter()
         hit = None
-        if self.cache.response is not None:
-            emb = None
+        rc = self.cache.response
+        if rc is not None:
             try:
-                if self.config.cache.semantic.enabled:
-                    emb = self.embedder.embed_query(question)
-                hit = self.cache.response.lookup(scope, question, emb)
+                hit = rc.exact.lookup(scope, question)
+                if hit is None and rc.semantic is not None:  # embed only when the exact layer missed
+                    hit = rc.semantic.lookup(scope, question, self.embedder.embed_query(question))
             except CacheError as err:
                 log.warning("response cache lookup failed: %s", err)
         timings.stages["cache_response"] = _ms(t0)

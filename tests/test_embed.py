@@ -23,19 +23,34 @@ def test_embeddings_are_normalised_and_meaningful(embedder):
     assert v[0] @ v[1] > v[0] @ v[2] + 0.3
 
 
-def test_cache_hits_skip_the_model(tmp_path, embedder):
+def test_memory_then_persistent_cache_skip_the_model(tmp_path, embedder):
     cache = EmbeddingCache(tmp_path / "emb.sqlite")
     emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=True), cache=cache)
-    emb._model, emb._dim = embedder._model, embedder._dim  # share the loaded weights
+    emb._model, emb._dim = embedder._model, embedder._dim
+    seen: list[str] = []
+    real = emb._encode
+    emb._encode = lambda texts: (seen.extend(texts), real(texts))[1]
     a = emb.embed(["alpha text", "beta text"])
-    assert cache.misses == 2 and cache.hits == 0
+    assert seen == ["alpha text", "beta text"] and cache.misses == 2
     b = emb.embed(["beta text", "alpha text", "gamma text"])
-    assert cache.hits == 2 and cache.misses == 3
+    assert seen[2:] == ["gamma text"]            # alpha/beta from memory, not the model
+    assert cache.hits == 0 and cache.misses == 3  # ... and not even from SQLite
     assert np.allclose(a[0], b[1]) and np.allclose(a[1], b[0])
     cache.close()
-    # persisted across processes/opens
+    # a new process (new embedder, same file) gets them from the persistent cache
     cache2 = EmbeddingCache(tmp_path / "emb.sqlite")
+    emb2 = SentenceTransformerEmbedder(EmbeddingConfig(cache=True), cache=cache2)
+    emb2._model, emb2._dim = embedder._model, embedder._dim
+    emb2._encode = lambda texts: (_ for _ in ()).throw(AssertionError(f"model called for {texts}"))
+    c = emb2.embed(["gamma text", "alpha text"])
+    assert cache2.hits == 2 and np.allclose(c[1], a[0])
     assert len(cache2.get_many(emb.model_id, [text_key("gamma text")])) == 1
+
+
+def test_query_vectors_are_memoised_read_only(embedder):
+    v1 = embedder.embed_query("what is a budget?")
+    v2 = embedder.embed_query("what is a budget?")
+    assert v1 is v2 and not v1.flags.writeable
 
 
 def test_corrupt_cache_file_is_recreated(tmp_path):

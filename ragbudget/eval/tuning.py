@@ -6,7 +6,8 @@ hybrid retrieval runs once; then, per setting (top-k × reranker on/off × sente
 retrieved-context budget, the real :class:`~ragbudget.context.ContextBuilder` assembles the prompt exactly
 as a request with that configuration would. A row reports answer-in-context, the retrieved-section tokens
 the ledger counts, and the measured context latency (retrieval + the first build of that setting, which
-pays for reranking and sentence scoring; later budgets of the same setting reuse its embeddings).
+pays for reranking and sentence scoring; later budgets of the same setting reuse its embeddings). The
+embedder's own caches work as in a service: vectors it already holds (e.g. from ingest) are reused.
 """
 
 from __future__ import annotations
