@@ -13,14 +13,11 @@ generation when the consumer goes away.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import logging
 import os
 import re
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 
@@ -29,21 +26,19 @@ from .cache.keys import ResponseScope, conversation_fingerprint, digest
 from .config import Config, TierConfig, load_config
 from .context import BuiltContext, ContextBuilder
 from .embed import EmbeddingCache, SentenceTransformerEmbedder
-from .errors import CacheError, ConfigError, IngestError, QueryError
+from .errors import CacheError, QueryError
 from .history import coerce_history
-from .index import HybridIndex, IngestReport, ProgressFn, list_indexes
-from .ingest.loaders import LoadReport, load_jsonl_bytes
+from .index import IngestReport, ProgressFn, list_indexes
+from .indexes import IndexRegistry, LoadedIndex
 from .llm import make_generator
 from .llm.base import Generator, GenerationStream
 from .metrics import Metrics
 from .prompt import fingerprint, static_prefix
 from .rerank import make_reranker
-from .retrieve import HybridRetriever
 from .route import RouteDecision, Routed, Router
 from .tokens import Tokenizer
-from .trim import split_sentences
-from .types import (Answer, Chunk, Document, FinalEvent, Ledger, Message, ProgressEvent, Scored, StreamEvent, Timings,
-                    TokenEvent, Usage)
+from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Scored, StreamEvent, Timings,
+                    TokenEvent)
 
 log = logging.getLogger("ragbudget")
 
@@ -54,12 +49,6 @@ _WORD = re.compile(r"\S+\s*")
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
-
-
-@dataclass
-class _Loaded:
-    index: HybridIndex
-    retriever: HybridRetriever
 
 
 class RAG:
@@ -88,9 +77,8 @@ class RAG:
         # Impossible prompt settings (a mode's static prefix over the system budget) fail here, at
         # construction, not on the first request; the real builder (with its reranker) comes lazily.
         ContextBuilder(self.config, self.tokenizer, None)
-        self._indexes: dict[str, _Loaded] = {}
+        self._indexes: IndexRegistry | None = None
         self._lock = threading.RLock()
-        self._ingest_lock = threading.Lock()
         self._prefix_fps: dict[str, str] = {}
         self._extractive = make_generator(TierConfig(name="extractive", backend="extractive", model="extractive"),
                                           tokenizer=self.tokenizer)
@@ -136,64 +124,32 @@ class RAG:
         _ = self.builder, self.router, self.cache
 
     def close(self) -> None:
-        for loaded in self._indexes.values():
-            loaded.retriever.close()
+        if self._indexes is not None:
+            self._indexes.close()
         if self._cache is not None:
             self._cache.close()
 
     # ------------------------------------------------------------------ indexes
+    @property
+    def indexes(self) -> IndexRegistry:
+        with self._lock:
+            if self._indexes is None:
+                self._indexes = IndexRegistry(self.config, self.embedder)
+            return self._indexes
+
     def list_indexes(self) -> list[str]:
         return list_indexes(self.config.index.dir)
 
-    def _loaded(self, name: str | None) -> _Loaded:
-        name = name or self.index_name
-        with self._lock:
-            got = self._indexes.get(name)
-            if got is None:
-                idx = HybridIndex.load(name, self.config, model_id=self.embedder.model_id)
-                got = _Loaded(idx, HybridRetriever(idx, self.config.retrieval, self.embedder))
-                self._indexes[name] = got
-            return got
-
     def index_info(self, name: str | None = None) -> dict[str, Any]:
-        loaded = self._loaded(name)
-        return {"name": loaded.index.name, "chunks": len(loaded.index), "content_version": loaded.index.version,
-                "manifest": dataclasses.asdict(loaded.index.manifest)}
+        return self.indexes.info(name or self.index_name)
 
     def ingest(self, source: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Document], *,
                index: str | None = None, rebuild: bool = False, progress: ProgressFn | None = None) -> IngestReport:
         """Ingest a folder/file (.txt .md .html .pdf .jsonl) or records ({"_id"|"id", "title", "text"})."""
-        name = index or self.index_name
-        with self._ingest_lock:
-            idx = HybridIndex.open_or_create(name, self.config, self.embedder, rebuild=rebuild)
-            before = set(idx.store.ids)
-            if isinstance(source, (str, os.PathLike)):
-                if not Path(source).expanduser().exists():
-                    raise IngestError(f"path not found: {source}", fix="pass an existing folder or file")
-                report = idx.ingest(source, self.embedder, progress=progress)
-            else:
-                docs, load = _records_to_documents(source)
-                report = idx.add_documents(docs, self.embedder, progress=progress)
-                report.absorb(load)
-                idx.save(progress=progress)
-            if self.config.embedding.warm_sentences:
-                self._warm_sentences([c for c in idx.store if c.id not in before], progress)
-            with self._lock:
-                old = self._indexes.pop(name, None)
-                if old is not None:
-                    old.retriever.close()
-                self._indexes[name] = _Loaded(idx, HybridRetriever(idx, self.config.retrieval, self.embedder))
-            return report
+        return self.indexes.ingest(source, index or self.index_name, rebuild=rebuild, progress=progress)
 
-    def _warm_sentences(self, chunks: list[Chunk], progress: ProgressFn | None) -> None:
-        """Embed the sentences of new chunks now (into the embedding cache), so that query-time
-        sentence selection finds them cached instead of running the model on the request path."""
-        sents = list(dict.fromkeys(x for c in chunks for x in split_sentences(c.text)))
-        step = max(self.config.embedding.batch_size * 8, 256)
-        for i in range(0, len(sents), step):
-            self.embedder.embed(sents[i:i + step])
-            if progress:
-                progress("sentences", min(i + step, len(sents)), len(sents))
+    def _loaded(self, name: str | None) -> LoadedIndex:
+        return self.indexes.get(name or self.index_name)
 
     def modes(self) -> list[str]:
         return sorted(self.config.prompt.modes)
@@ -203,7 +159,7 @@ class RAG:
                mode: str | None = None) -> list[Scored]:
         return self._loaded(index).retriever.retrieve(question, k, mode)  # type: ignore[arg-type]
 
-    def _retrieve(self, question: str, loaded: _Loaded, k: int, timings: Timings, ledger: Ledger) -> list[Scored]:
+    def _retrieve(self, question: str, loaded: LoadedIndex, k: int, timings: Timings, ledger: Ledger) -> list[Scored]:
         settings = {"mode": self.config.retrieval.mode, "k": k, "rrf_k": self.config.retrieval.rrf_k,
                     "w": [self.config.retrieval.dense_weight, self.config.retrieval.sparse_weight]}
         rc = self.cache.retrieval
@@ -226,7 +182,7 @@ class RAG:
         return out
 
     # ------------------------------------------------------------------ the query path
-    def _scope(self, loaded: _Loaded | None, tenant: str, mode: str, max_tokens: int,
+    def _scope(self, loaded: LoadedIndex | None, tenant: str, mode: str, max_tokens: int,
                history: Sequence[Message]) -> ResponseScope:
         return ResponseScope(tenant=tenant, index_version=loaded.index.version if loaded else "",
                              prompt_version=f"{self.config.prompt.version}:{self._prefix_fp(mode)}",
@@ -457,26 +413,6 @@ def _close(stream: Any) -> None:
     close = getattr(stream, "close", None) or getattr(getattr(stream, "_it", None), "close", None)
     if close is not None:
         close()
-
-
-def _records_to_documents(source: Iterable[Mapping[str, Any] | Document]) -> tuple[list[Document], LoadReport]:
-    """Documents pass through; mappings go through the JSONL loader (same validation, same report)."""
-    docs: list[Document] = []
-    lines: list[str] = []
-    for i, rec in enumerate(source):
-        if isinstance(rec, Document):
-            docs.append(rec)
-        elif isinstance(rec, Mapping):
-            lines.append(json.dumps(dict(rec), default=str))
-        else:
-            raise IngestError(f"record {i} is a {type(rec).__name__}, not a mapping",
-                              fix='pass records like {"id": "...", "title": "...", "text": "..."}')
-    report = LoadReport()
-    if lines:
-        docs += load_jsonl_bytes("\n".join(lines).encode("utf-8"), "records", report)
-    if not docs:
-        raise IngestError("no record had text to ingest", fix='give each record a non-empty "text" field')
-    return docs, report
 
 
 def _cited(text: str, context: Sequence[Scored]) -> list[Scored]:

@@ -25,7 +25,7 @@ from ..config import SemanticCacheConfig
 from ..embed import Embedder
 from . import guards
 from .base import CacheStats, KVBackend, decode_json, encode_json
-from .keys import ResponseScope, normalize_question, semantic_entry_key
+from .keys import ResponseScope, semantic_entry_key
 from .response import CacheHit, saved_ms, saved_tokens
 
 log = logging.getLogger(__name__)
