@@ -19,17 +19,19 @@ class Counting:
     """Delegates to the real embedder and records each call's batch size (the seam under test)."""
 
     def __init__(self, inner, fail: bool = False) -> None:
-        self.inner, self.fail, self.calls = inner, fail, []
+        self.inner, self.fail, self.calls, self.texts = inner, fail, [], []
         self.model_id = inner.model_id
 
     def embed(self, texts):
         self.calls.append(len(texts))
+        self.texts.append(list(texts))
         if self.fail:
             raise RuntimeError("encoder exploded")
         return self.inner.embed(texts)
 
     def embed_query(self, text):
         self.calls.append(1)
+        self.texts.append([text])
         if self.fail:
             raise RuntimeError("encoder exploded")
         return self.inner.embed_query(text)
@@ -72,7 +74,11 @@ def test_lone_caller_and_repeats(embedder) -> None:
     finally:
         mb.close()
     assert a is b and not a.flags.writeable
-    assert inner.calls[0] == 1 and sum(inner.calls) == 2
+    assert inner.texts[0] == [QUESTIONS[0]]  # the repeat came from the batcher's memory
+    # six concurrent identical calls: never the same text twice in one model call, and at most two calls
+    # (the first caller may be embedded alone before the others queue)
+    assert all(len(set(t)) == len(t) for t in inner.texts)
+    assert 1 <= sum(t == [QUESTIONS[1]] for t in inner.texts) <= 2 and len(inner.texts) <= 3
 
 
 def test_errors_reach_every_waiter(embedder) -> None:

@@ -58,7 +58,8 @@ def run(n_requests: int, concurrency: Sequence[int], waits: Sequence[float], max
         rounds: int = 3) -> list[dict[str, Any]]:
     """Every (concurrency, mode) cell ``rounds`` times, modes interleaved round by round so that load from
     elsewhere on the machine hits all modes alike; percentiles over all rounds' calls."""
-    emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=False))
+    # no persistent or in-memory text cache: every call below really runs the model
+    emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=False, memory_cache_entries=0))
     emb.warm_up()
     texts = questions(n_requests)
     run_cell(emb.embed_query, texts[:16], 1)  # warm the model's kernels
