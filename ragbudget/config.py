@@ -35,7 +35,7 @@ class MicroBatchConfig(_Section):
 
     enabled: bool = False
     max_batch: int = Field(16, ge=1, le=1024)
-    max_wait_ms: float = Field(2.0, ge=0, le=1000)  # P95 at 8–16 concurrent: 0.76–0.78× unbatched
+    max_wait_ms: float = Field(2.0, ge=0, le=1000)  # P95 vs unbatched: 0.66× at 4 callers, ~0.45× at 8–16
 
 
 class EmbeddingConfig(_Section):

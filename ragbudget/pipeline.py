@@ -32,7 +32,9 @@ from .index import IngestReport, ProgressFn, list_indexes
 from .indexes import IndexRegistry, LoadedIndex
 from .llm import make_generator
 from .llm.base import Generator, GenerationStream
+from .kvcache import check_config as check_kv
 from .metrics import Metrics
+from .microbatch import MicroBatcher
 from .prompt import fingerprint, static_prefix
 from .rerank import make_reranker
 from .route import RouteDecision, Routed, Router
@@ -77,6 +79,7 @@ class RAG:
         # Impossible prompt settings (a mode's static prefix over the system budget) fail here, at
         # construction, not on the first request; the real builder (with its reranker) comes lazily.
         ContextBuilder(self.config, self.tokenizer, None)
+        check_kv(self.config)  # tiers whose KV memory cannot hold their context: ConfigError now
         self._indexes: IndexRegistry | None = None
         self._lock = threading.RLock()
         self._prefix_fps: dict[str, str] = {}
@@ -92,7 +95,10 @@ class RAG:
                 cache = None
                 if self.config.embedding.cache:
                     cache = EmbeddingCache(Path(self.config.index.dir) / ".embcache.sqlite")
-                self._embedder = SentenceTransformerEmbedder(self.config.embedding, cache=cache)
+                emb: Any = SentenceTransformerEmbedder(self.config.embedding, cache=cache)
+                if self.config.embedding.microbatch.enabled:  # concurrent queries share one forward pass
+                    emb = MicroBatcher.from_config(emb, self.config.embedding.microbatch)
+                self._embedder = emb
             return self._embedder
 
     @property
@@ -128,6 +134,8 @@ class RAG:
             self._indexes.close()
         if self._cache is not None:
             self._cache.close()
+        if isinstance(self._embedder, MicroBatcher):
+            self._embedder.close()
 
     # ------------------------------------------------------------------ indexes
     @property
@@ -366,15 +374,22 @@ class RAG:
         cancel = threading.Event()
         end = object()
 
+        def put(item: Any) -> bool:
+            try:
+                loop.call_soon_threadsafe(q.put_nowait, item)
+                return True
+            except RuntimeError:  # the consumer's event loop is gone: stop generating
+                cancel.set()
+                return False
+
         def work() -> None:
             try:
                 for ev in self.stream(question, cancel=cancel, **kw):
-                    loop.call_soon_threadsafe(q.put_nowait, ev)
-                    if cancel.is_set():
+                    if not put(ev) or cancel.is_set():
                         break
             except BaseException as err:  # noqa: BLE001 - re-raised in the consumer
-                loop.call_soon_threadsafe(q.put_nowait, err)
-            loop.call_soon_threadsafe(q.put_nowait, end)
+                put(err)
+            put(end)
 
         worker = threading.Thread(target=work, name="ragbudget-stream", daemon=True)
         worker.start()

@@ -54,7 +54,10 @@ class Tokenizer:
         return len(self._enc.encode(text, disallowed_special=()))
 
     def count_many(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self._enc.encode_batch(list(texts), disallowed_special=())]
+        # A plain loop: tiktoken's encode_batch spins a thread pool, which costs more than it saves for
+        # the few dozen sentences a request counts (measured: 6.5 ms → under 2 ms per request).
+        enc = self._enc.encode
+        return [len(enc(t, disallowed_special=())) if t else 0 for t in texts]
 
     def truncate(self, text: str, max_tokens: int, *, from_end: bool = False) -> str:
         """The longest prefix (or suffix) of ``text`` with at most ``max_tokens`` tokens."""

@@ -12,6 +12,7 @@ its chunk (and so its citation). Scoring (:meth:`SentencePlan.build`) is separat
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -28,7 +29,19 @@ MIN_TRUNCATED_TOKENS = 8  # a cut sentence shorter than this carries no meaning;
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (punkt), with fragments under three words merged into the next one."""
+    """Sentences of ``text`` (punkt), with fragments under three words merged into the next one.
+
+    Memoised per text: the same chunks come back query after query, and punkt costs ~0.2 ms a chunk.
+    """
+    return list(_split_cached(text))
+
+
+@lru_cache(maxsize=65536)
+def _split_cached(text: str) -> tuple[str, ...]:
+    return tuple(_split_sentences(text))
+
+
+def _split_sentences(text: str) -> list[str]:
     global _split
     if _split is None:
         _split = split_by_sentence_tokenizer()

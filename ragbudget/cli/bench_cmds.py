@@ -181,6 +181,8 @@ def _headline(args: argparse.Namespace) -> int:
             "--replay", str(args.replay), "--threads", str(args.threads)]
     if args.squad_limit:
         argv += ["--squad-limit", str(args.squad_limit)]
+    if getattr(args, "config", None):
+        argv += ["--config", args.config]
     if args.json:
         argv += ["--json", args.json]
     if args.write:
