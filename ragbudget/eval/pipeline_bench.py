@@ -62,12 +62,43 @@ def run(folder: str | Path, n: int = 100, config: Config | None = None) -> dict[
             "fresh_stage_mean_ms": share}
 
 
+def compare_modes(folder: str | Path, n: int = 100, modes: tuple[str, ...] = ("concise", "detailed"),
+                  config: Config | None = None) -> dict[str, Any]:
+    """Prompt and completion tokens per response mode on the same questions (response cache off)."""
+    folder = Path(folder)
+    questions = [json.loads(x)["text"] for x in (folder / "questions.jsonl").read_text().splitlines() if x.strip()]
+    questions = list(dict.fromkeys(q.strip() for q in questions if q.strip()))[:n]
+    out: dict[str, Any] = {"questions": len(questions)}
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = (config or Config()).with_overrides({"index.dir": tmp, "cache.response": False})
+        rag = RAG(cfg, index="bench")
+        rag.ingest(folder / "corpus.jsonl")
+        rows: dict[str, list[tuple[int, int, float]]] = {m: [] for m in modes}
+        for q in questions:  # interleaved, so both modes see the same machine load
+            for m in modes:
+                a = rag.query(q, mode=m)
+                rows[m].append((a.usage.prompt_tokens, a.usage.completion_tokens, a.timings.total_ms))
+        rag.close()
+    for m, r in rows.items():
+        out[m] = {"prompt_tokens_mean": statistics.fmean(x[0] for x in r),
+                  "completion_tokens_mean": statistics.fmean(x[1] for x in r),
+                  "max_tokens": cfg.prompt.modes[m].max_tokens, "total_ms": _pcts([x[2] for x in r])}
+    if "concise" in rows and "detailed" in rows:
+        c, d = out["concise"], out["detailed"]
+        out["completion_tokens_saved"] = 1 - c["completion_tokens_mean"] / max(d["completion_tokens_mean"], 1e-9)
+        out["total_tokens_saved"] = 1 - ((c["prompt_tokens_mean"] + c["completion_tokens_mean"])
+                                         / max(d["prompt_tokens_mean"] + d["completion_tokens_mean"], 1e-9))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", help="answers layout: corpus.jsonl + questions.jsonl")
     ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--modes", action="store_true", help="compare response modes (concise vs detailed) instead")
     args = ap.parse_args(argv)
-    print(json.dumps(run(args.folder, args.n), indent=1))
+    result = compare_modes(args.folder, args.n) if args.modes else run(args.folder, args.n)
+    print(json.dumps(result, indent=1))
     return 0
 
 

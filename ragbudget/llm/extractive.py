@@ -124,7 +124,10 @@ class ExtractiveGenerator(BaseGenerator):
 
     name = "extractive"
 
-    def __init__(self, *, tokenizer: Tokenizer | None = None, max_sentences: int = 3,
+    #: One sentence per this many output tokens (so ``concise`` and ``detailed`` modes differ), at least one.
+    TOKENS_PER_SENTENCE = 48
+
+    def __init__(self, *, tokenizer: Tokenizer | None = None, max_sentences: int = 5,
                  label: str = "") -> None:
         super().__init__(model="extractive")
         self.tokenizer = tokenizer or Tokenizer()
@@ -133,14 +136,15 @@ class ExtractiveGenerator(BaseGenerator):
 
     def compose(self, question: str, passages: Sequence[Passage], max_tokens: int) -> tuple[str, bool]:
         """The answer text and whether it was cut at ``max_tokens``."""
-        picked = select_sentences(question, passages, max_sentences=self.max_sentences)
+        n = min(self.max_sentences, max(1, max_tokens // self.TOKENS_PER_SENTENCE))
+        picked = select_sentences(question, passages, max_sentences=n)
         if not picked:
             text = self.label + NO_ANSWER
         else:
             parts: list[str] = []
             budget = max_tokens - self.tokenizer.count(self.label)
             for sent, num, _ in picked:
-                piece = f"{sent} [{num}]"
+                piece = f"{' '.join(sent.split())} [{num}]"  # source line breaks are not answer structure
                 cost = self.tokenizer.count(piece + " ")
                 if parts and cost > budget:
                     break
