@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
-import snowballstemmer
+from ..stemming import stem
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:/]\d+)*")
@@ -54,7 +53,6 @@ yourselves said says say told according would may might must shall us s t ll d m
 # Capitalised words that open questions or are pronouns/fillers, not entities.
 _NOT_ENTITIES = STOPWORDS | {"please", "hi", "hello", "thanks", "mr", "mrs", "ms", "dr", "st"}
 
-_stemmer = snowballstemmer.stemmer("english")
 
 
 @dataclass(frozen=True)
@@ -71,9 +69,8 @@ class GuardSettings:
     max_unmatched_ratio: float = 0.2
 
 
-@lru_cache(maxsize=4096)
 def _stem(word: str) -> str:
-    return _stemmer.stemWord(word)
+    return stem(word)
 
 
 def _canon_number(tok: str) -> str:

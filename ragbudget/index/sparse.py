@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
 import llama_index.core
 import numpy as np
-import snowballstemmer
 from rank_bm25 import BM25Okapi
 
 from ..config import BM25Config
+from ..stemming import stem_words
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _STOPWORDS_FILE = (Path(llama_index.core.__file__).resolve().parent / "_static" / "nltk_cache" / "corpora"
@@ -38,25 +37,14 @@ class Analyzer:
     def __init__(self, config: BM25Config) -> None:
         self.config = config
         self._stop = english_stopwords() if config.stopwords else frozenset()
-        self._stemmer = snowballstemmer.stemmer("english") if config.stemmer == "english" else None
-        self._memo: dict[str, str] = {}
-        self._lock = threading.Lock()  # snowballstemmer stemmers are not thread-safe
+        self._stem = config.stemmer == "english"
 
     def settings(self) -> dict[str, object]:
         return {"stemmer": self.config.stemmer, "stopwords": self.config.stopwords}
 
     def __call__(self, text: str) -> list[str]:
         toks = [t for t in _TOKEN.findall(text.lower()) if t not in self._stop]
-        if self._stemmer is None:
-            return toks
-        out = []
-        for t in toks:
-            s = self._memo.get(t)
-            if s is None:
-                with self._lock:
-                    s = self._memo[t] = self._stemmer.stemWord(t)
-            out.append(s)
-        return out
+        return stem_words(toks) if self._stem else toks
 
 
 class SparseIndex:

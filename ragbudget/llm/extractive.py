@@ -20,8 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-import snowballstemmer
-
+from ..stemming import stem_words
 from ..tokens import Tokenizer
 from ..types import Prompt, Scored
 from .base import BaseGenerator, StreamState
@@ -36,7 +35,6 @@ _WORD = re.compile(r"[A-Za-z0-9]+(?:'[a-z]+)?")
 _SENT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n{2,}")
 _PASSAGE = re.compile(r"^\[(\d+)\][ \t]*(.*)$", re.M)
 _QUESTION = re.compile(r"^\s*(?:Question|Q)\s*:\s*(.+)$", re.M | re.I)
-_STEM = snowballstemmer.stemmer("english")
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ class Passage:
 def terms(text: str) -> list[str]:
     """Lower-cased, stemmed content words."""
     words = [w.lower() for w in _WORD.findall(text)]
-    return _STEM.stemWords([w for w in words if w not in _STOP])
+    return stem_words(w for w in words if w not in _STOP)
 
 
 def split_sentences(text: str) -> list[str]:
