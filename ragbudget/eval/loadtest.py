@@ -92,7 +92,11 @@ async def one_request(client: httpx.AsyncClient, question: str, priority: str = 
                     if event == "final":
                         level = json.loads(line[5:]).get("degrade_level")
                 elif line.startswith("data:") and event == "error":
-                    return Result(599, None, (time.perf_counter() - t0) * 1000)
+                    # In-band error after the status line: an admission rejection (queue timeout while
+                    # waiting for a slot) counts as a 429; anything else as an error.
+                    kind = json.loads(line[5:]).get("error", {}).get("type", "")
+                    code = 429 if kind == "AdmissionError" else 599
+                    return Result(code, None, (time.perf_counter() - t0) * 1000)
     except httpx.HTTPError:
         return Result(598, None, (time.perf_counter() - t0) * 1000)
     return Result(200, ttft, (time.perf_counter() - t0) * 1000, level)
