@@ -50,8 +50,14 @@ def terms(text: str) -> list[str]:
     return stem_words(w for w in words if w not in _STOP)
 
 
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S.*$", re.MULTILINE)
+
+
 def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENT.split(text) if s and s.strip()]
+    """Sentences worth quoting: markdown heading lines and fragments under three words are left out
+    (a heading such as "# Refunds" matches a question's words but answers nothing)."""
+    text = _HEADING.sub("\n", text)
+    return [s.strip() for s in _SENT.split(text) if s and len(s.split()) >= 3]
 
 
 def passages_from_context(context: Sequence[Scored]) -> list[Passage]:
