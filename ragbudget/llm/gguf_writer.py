@@ -3,7 +3,11 @@
 The text such a model writes is gibberish; its timings (prefill, decode, prefix-cache reuse) are real.
 
 Vocabulary: tokenizer model ``llama`` with ``<unk>``, ``<s>``, ``</s>``, the 256 byte tokens
-``<0x00>``…``<0xFF>`` (token type 6) and a few word pieces. Text is tokenized mostly byte by byte.
+``<0x00>``…``<0xFF>`` (token type 6) and word pieces: ``▁`` + a lowercase letter, every lowercase
+bigram, and ``▁`` + every lowercase bigram (about 1,400 pieces). SentencePiece merges pairs only into
+tokens that exist, so these pieces make English text about two characters a token instead of one, which
+keeps a prompt's variable tail (question, retrieved snippet) realistically short next to its static
+prefix. Everything else falls back to byte tokens.
 
 Remedy for random weights (see DESIGN.md, "Generation backends"): naive random weights emit byte tokens
 ≥ 0x80 that never form valid UTF-8, and llama-cpp-python then generates past ``max_tokens`` until the
@@ -59,10 +63,20 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [gguf.TokenType.BYTE] * 256
-    tokens += list(WORD_PIECES)
-    types += [gguf.TokenType.NORMAL] * len(WORD_PIECES)
-    scores = [0.0] * 259 + [-float(i + 1) for i in range(len(WORD_PIECES))]
+    pieces = word_pieces()
+    tokens += pieces
+    types += [gguf.TokenType.NORMAL] * len(pieces)
+    # SentencePiece merges the highest-scoring pair first: prefer longer pieces.
+    scores = [0.0] * 259 + [float(len(p)) for p in pieces]
     return tokens, scores, [int(t) for t in types]
+
+
+def word_pieces() -> list[str]:
+    """``WORD_PIECES`` plus ``▁x``, every ``xy`` and every ``▁xy`` over lowercase letters, no duplicates."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    bigrams = [a + b for a in letters for b in letters]
+    out = list(WORD_PIECES) + ["\u2581" + c for c in letters] + bigrams + ["\u2581" + bg for bg in bigrams]
+    return list(dict.fromkeys(out))
 
 
 def allowed_token_mask(tokens: list[str]) -> np.ndarray:
