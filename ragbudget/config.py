@@ -351,7 +351,8 @@ class ServiceConfig(_Section):
     api_keys_env: str = "RAGBUDGET_API_KEYS"  # "key:tenant,key2:tenant2" adds keys from the environment
     batch_dir: str = ".ragbudget/batches"
     max_batch_lines: int = Field(10000, ge=1)
-    tenants: list[TenantConfig] = [TenantConfig(name="default")]
+    # Without auth every request is the "default" tenant, which may query every index ("*").
+    tenants: list[TenantConfig] = [TenantConfig(name="default", indexes=["*"])]
     limits: LimitsConfig = LimitsConfig()
     admission: AdmissionConfig = AdmissionConfig()
 
