@@ -28,6 +28,7 @@ class _Section(BaseModel):
 
 class TokenizerConfig(_Section):
     encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
+    count_cache_entries: int = Field(16384, ge=0)  # LRU memo of token counts per text; 0 = off
 
 
 class MicroBatchConfig(_Section):

@@ -69,7 +69,8 @@ class RAG:
         else:
             self.config = load_config(config)
         self.index_name = index or self.config.index.name
-        self.tokenizer = Tokenizer(self.config.tokenizer.encoding)
+        self.tokenizer = Tokenizer(self.config.tokenizer.encoding,
+                                   count_cache_entries=self.config.tokenizer.count_cache_entries)
         self._embedder = embedder
         self._generators = dict(generators or {})
         self._cache = cache

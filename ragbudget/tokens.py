@@ -35,12 +35,33 @@ def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
-class Tokenizer:
-    """Counts, encodes and truncates text for one tiktoken encoding."""
+# Counts of texts up to this many characters are memoised (sentences, chunks, headers, the system prompt:
+# the same strings are counted on every request that retrieves them). Longer texts (whole documents at
+# ingest) are counted directly so the cache stays small: at most entries × 4 KiB of keys.
+COUNT_CACHE_MAX_CHARS = 4096
 
-    def __init__(self, encoding: str = "cl100k_base") -> None:
+
+class Tokenizer:
+    """Counts, encodes and truncates text for one tiktoken encoding.
+
+    ``count_cache_entries``: size of the LRU memo of :meth:`count` (0 turns it off). Byte-pair encoding is
+    the largest CPU cost of assembling a prompt (every candidate sentence is counted to pack the budget),
+    and the texts recur across requests, so counts are looked up rather than recomputed (BENCHMARKS.md).
+    """
+
+    def __init__(self, encoding: str = "cl100k_base", *, count_cache_entries: int = 16384) -> None:
+        if count_cache_entries < 0:
+            raise ConfigError("tokenizer.count_cache_entries must be >= 0", fix="use 0 to turn the memo off")
         self.name = encoding
         self._enc = get_encoding(encoding)
+        self._cached = lru_cache(maxsize=count_cache_entries)(self._count) if count_cache_entries else None
+
+    def _count(self, text: str) -> int:
+        return len(self._enc.encode(text, disallowed_special=()))
+
+    def cache_info(self) -> tuple[int, int, int, int | None] | None:
+        """``(hits, misses, maxsize, currsize)``-like tuple of the count memo, or None when it is off."""
+        return tuple(self._cached.cache_info()) if self._cached else None  # type: ignore[return-value]
 
     def encode(self, text: str) -> list[int]:
         return self._enc.encode(text, disallowed_special=())
@@ -51,13 +72,14 @@ class Tokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return len(self._enc.encode(text, disallowed_special=()))
+        if self._cached is not None and len(text) <= COUNT_CACHE_MAX_CHARS:
+            return self._cached(text)
+        return self._count(text)
 
     def count_many(self, texts: list[str]) -> list[int]:
         # A plain loop: tiktoken's encode_batch spins a thread pool, which costs more than it saves for
         # the few dozen sentences a request counts (measured: 6.5 ms → under 2 ms per request).
-        enc = self._enc.encode
-        return [len(enc(t, disallowed_special=())) if t else 0 for t in texts]
+        return [self.count(t) for t in texts]
 
     def truncate(self, text: str, max_tokens: int, *, from_end: bool = False) -> str:
         """The longest prefix (or suffix) of ``text`` with at most ``max_tokens`` tokens."""

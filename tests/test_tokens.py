@@ -1,9 +1,14 @@
+import json
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
+from ragbudget.errors import ConfigError
 from ragbudget.tokens import BUNDLED_TIKTOKEN_CACHE, Tokenizer
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
 
 
 def test_bundled_encodings_ship_with_llama_index():
@@ -53,3 +58,23 @@ def test_no_network_needed(monkeypatch):
     tokens.get_encoding.cache_clear()
     assert Tokenizer("o200k_base").count("hello") >= 1
     assert os.environ["TIKTOKEN_CACHE_DIR"]
+
+
+def test_count_memo_matches_direct_counts_and_stays_bounded():
+    corpus = [json.loads(x)["text"] for x in
+              (DATA / "squad2" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:60]]
+    sentences = [s for doc in corpus for s in doc.split(". ") if s]
+    memo, direct = Tokenizer(count_cache_entries=64), Tokenizer(count_cache_entries=0)
+    assert direct.cache_info() is None
+    expected = direct.count_many(sentences)
+    assert memo.count_many(sentences) == expected
+    assert memo.count_many(sentences[:10]) == expected[:10]  # second look-ups come from the memo
+    hits, misses, maxsize, size = memo.cache_info()
+    assert maxsize == 64 and size == 64 and misses > 64  # bounded: older texts were evicted
+    assert memo.count_many(sentences) == expected  # and evicted counts are recomputed correctly
+    long_text = " ".join(corpus)  # over COUNT_CACHE_MAX_CHARS: counted, never stored
+    before = memo.cache_info()
+    assert memo.count(long_text) == direct.count(long_text)
+    assert memo.cache_info()[:2] == before[:2]
+    with pytest.raises(ConfigError):
+        Tokenizer(count_cache_entries=-1)

@@ -1,6 +1,7 @@
 """End-to-end latency of the RAG facade: fresh answers against cached ones, in the same run.
 
     python -m ragbudget.eval.pipeline_bench ../shared/data/eval/squad2 --n 100
+    python -m ragbudget.eval.pipeline_bench ../shared/data/eval/squad2 --n 100 --count-cache
 
 Ingests the corpus into a temporary index, asks ``n`` questions fresh (cold response cache, warm model),
 then the same questions again (exact-cache hits) and once more with different casing/punctuation
@@ -91,13 +92,55 @@ def compare_modes(folder: str | Path, n: int = 100, modes: tuple[str, ...] = ("c
     return out
 
 
+def compare_count_cache(folder: str | Path, n: int = 100, config: Config | None = None) -> dict[str, Any]:
+    """Fresh answers with the token-count memo on and off (``tokenizer.count_cache_entries``), one index,
+    the same questions interleaved so both see the same machine load; response and retrieval caches off."""
+    folder = Path(folder)
+    questions = [json.loads(x)["text"] for x in (folder / "questions.jsonl").read_text().splitlines() if x.strip()]
+    questions = list(dict.fromkeys(q.strip() for q in questions if q.strip()))[:n]
+    with tempfile.TemporaryDirectory() as tmp:
+        base = (config or Config()).with_overrides({"index.dir": tmp, "cache.response": False,
+                                                    "cache.retrieval": False})
+        rags = {"memo on": RAG(base, index="bench"),
+                "memo off": RAG(base.with_overrides({"tokenizer.count_cache_entries": 0}), index="bench")}
+        rags["memo on"].ingest(folder / "corpus.jsonl")
+        for rag in rags.values():
+            rag.warm_up()
+            rag.query("warm-up question about nothing in particular")
+        rows: dict[str, list[dict[str, float]]] = {k: [] for k in rags}
+        answers: dict[str, list[str]] = {k: [] for k in rags}
+        for q in questions:
+            for k, rag in rags.items():
+                a = rag.query(q)
+                rows[k].append({"total": a.timings.total_ms, **a.timings.stages})
+                answers[k].append(a.answer)
+        info = rags["memo on"].tokenizer.cache_info()
+        for rag in rags.values():
+            rag.close()
+    out: dict[str, Any] = {"questions": len(questions),
+                           "same_answers": answers["memo on"] == answers["memo off"],
+                           "memo_hits_misses": info[:2] if info else None}
+    for k, r in rows.items():
+        out[k] = {"total_ms": _pcts([x["total"] for x in r]),
+                  "stage_mean_ms": {s: statistics.fmean(x.get(s, 0.0) for x in r)
+                                    for s in ("retrieve", "rerank", "trim", "context", "generate")}}
+    out["off_over_on_p50"] = out["memo off"]["total_ms"]["p50"] / max(out["memo on"]["total_ms"]["p50"], 1e-9)
+    out["off_over_on_p95"] = out["memo off"]["total_ms"]["p95"] / max(out["memo on"]["total_ms"]["p95"], 1e-9)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", help="answers layout: corpus.jsonl + questions.jsonl")
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--modes", action="store_true", help="compare response modes (concise vs detailed) instead")
+    ap.add_argument("--count-cache", action="store_true",
+                    help="compare fresh answers with the token-count memo on and off instead")
     args = ap.parse_args(argv)
-    result = compare_modes(args.folder, args.n) if args.modes else run(args.folder, args.n)
+    if args.count_cache:
+        result = compare_count_cache(args.folder, args.n)
+    else:
+        result = compare_modes(args.folder, args.n) if args.modes else run(args.folder, args.n)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -75,9 +75,13 @@ def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history
                          est_tokens=q_tokens + h_tokens + out)
 
 
-def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int) -> dict[str, Any]:
-    return {"tenant": pq.tenant, "index": pq.index, "degrade_level": max(level, answer.ledger.degrade_level),
-            "queue_wait_ms": round(queue_wait_ms, 3)}
+def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int,
+            server_ttft_ms: float | None = None) -> dict[str, Any]:
+    extras = {"tenant": pq.tenant, "index": pq.index, "degrade_level": max(level, answer.ledger.degrade_level),
+              "queue_wait_ms": round(queue_wait_ms, 3)}
+    if server_ttft_ms is not None:  # streaming: handler start → first token or final event, queue included
+        extras["server_ttft_ms"] = round(server_ttft_ms, 3)
+    return extras
 
 
 
@@ -134,7 +138,7 @@ async def answer_stream(state: ServiceState, pq: PreparedQuery
     pipeline's stream, which cancels generation, and gives the admission slot back."""
     rag = require_rag(state)
     t0 = time.perf_counter()
-    first = True
+    ttft_ms = None
     async with admitted(state, pq) as (level, wait_ms):
         yield ProgressEvent("admitted", f"degrade level {level}, queued {wait_ms:.0f} ms"), {}
         stream = rag.astream(pq.question, **pq.kwargs(level))
@@ -142,11 +146,11 @@ async def answer_stream(state: ServiceState, pq: PreparedQuery
             stream = await stream
         async with contextlib.aclosing(stream) as events:
             async for ev in events:
-                if first and isinstance(ev, (TokenEvent, FinalEvent)):
-                    state.admission.record_ttft((time.perf_counter() - t0) * 1000)
-                    first = False
+                if ttft_ms is None and isinstance(ev, (TokenEvent, FinalEvent)):
+                    ttft_ms = (time.perf_counter() - t0) * 1000
+                    state.admission.record_ttft(ttft_ms)
                 if isinstance(ev, FinalEvent):
-                    yield ev, _extras(ev.answer, pq, wait_ms, level)
+                    yield ev, _extras(ev.answer, pq, wait_ms, level, ttft_ms)
                 else:
                     yield ev, {}
 

@@ -79,7 +79,9 @@ class ServiceState:
                               fix=f"set service.tenants[].api_keys or {svc.api_keys_env}")
         return cls(config=config, rag_factory=rag_factory,
                    admission=AdmissionController(svc.admission, svc.limits, svc.tenants),
-                   metrics=Metrics(), tokenizer=Tokenizer(config.tokenizer.encoding), api_keys=keys)
+                   metrics=Metrics(), api_keys=keys,
+                   tokenizer=Tokenizer(config.tokenizer.encoding,
+                                       count_cache_entries=config.tokenizer.count_cache_entries))
         # ``metrics`` is replaced by the RAG's own Metrics once it is built (app startup)
 
     def update_load_metrics(self) -> None:
