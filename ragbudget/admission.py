@@ -6,7 +6,9 @@ Order of checks for one request (:meth:`AdmissionController.admit`):
    (shedding refuses only requests that would have to wait for a slot);
 2. the tenant's request bucket and token bucket (in process, or one shared limit through Redis);
 3. a concurrency slot: free → go; else wait in a bounded priority queue (interactive before batch,
-   FIFO within a priority); queue full or waited past ``queue_timeout_s`` → :class:`AdmissionError`.
+   FIFO within a priority); queue full, an estimated wait over ``queue_timeout_s`` (recent slot hold
+   time × queue position; refused at once, so the 429 is prompt and no time is spent on a request that
+   would time out) or waited past ``queue_timeout_s`` → :class:`AdmissionError`.
 
 The ladder reads P95 queue wait and P95 TTFT over a sliding window and compares each to its SLO; the
 larger ratio picks the level: 0 normal, 1 smaller retrieved budget, 2 skip reranking, 3 smaller model,
@@ -204,7 +206,13 @@ class _Waiter:
 
 class PriorityLimiter:
     """At most ``slots`` holders; waiters in a bounded heap, interactive first; batch may hold at most
-    ``batch_slots``. Bound to the event loop that uses it (one per app)."""
+    ``batch_slots``. Bound to the event loop that uses it (one per app).
+
+    It keeps an exponentially weighted mean of how long a slot is held, to estimate a newcomer's wait
+    (:meth:`expected_wait_s`). Holders are matched to releases first-in first-out, which is exact for one
+    slot and close enough for several (requests of one service take similar times)."""
+
+    HOLD_EWMA_ALPHA = 0.2
 
     def __init__(self, slots: int, queue_size: int, batch_slots: int) -> None:
         self.slots = slots
@@ -212,6 +220,8 @@ class PriorityLimiter:
         self.batch_slots = max(1, min(batch_slots, slots))
         self.active = 0
         self.active_batch = 0
+        self.hold_ewma_s: float | None = None  # None until a slot has been released once
+        self._starts: deque[float] = deque()
         self._heap: list[_Waiter] = []
         self._seq = itertools.count()
 
@@ -223,10 +233,24 @@ class PriorityLimiter:
         """True when a request of this priority could not take a slot right now."""
         return not self._can_run(prio) or any(w.prio <= prio and not w.future.done() for w in self._heap)
 
+    def expected_wait_s(self, prio: int, now: float | None = None) -> float:
+        """Estimated wait for a slot. Each holder is expected to hold for the mean hold time; with ``n``
+        requests ahead in the queue, the newcomer gets the ``n % slots``-th slot to free up, ``n // slots``
+        mean hold times later. 0 when a slot is free or nothing has been measured yet."""
+        if self.hold_ewma_s is None or not self.would_wait(prio):
+            return 0.0
+        now = time.monotonic() if now is None else now
+        ahead = sum(1 for w in self._heap if w.prio <= prio and not w.future.done())
+        left = sorted(max(0.0, self.hold_ewma_s - (now - t)) for t in self._starts)
+        left += [0.0] * (self.slots - len(left))
+        rounds, j = divmod(ahead, self.slots)
+        return left[j] + rounds * self.hold_ewma_s
+
     def _can_run(self, prio: int) -> bool:
         return self.active < self.slots and (prio == 0 or self.active_batch < self.batch_slots)
 
     def _grant(self, prio: int) -> None:
+        self._starts.append(time.monotonic())
         self.active += 1
         if prio:
             self.active_batch += 1
@@ -261,6 +285,10 @@ class PriorityLimiter:
             heapq.heapify(self._heap)
 
     def release(self, prio: int) -> None:
+        if self._starts:
+            held = time.monotonic() - self._starts.popleft()
+            a = self.HOLD_EWMA_ALPHA
+            self.hold_ewma_s = held if self.hold_ewma_s is None else (1 - a) * self.hold_ewma_s + a * held
         self.active -= 1
         if prio:
             self.active_batch -= 1
@@ -333,6 +361,12 @@ class AdmissionController:
         if self.limiter.depth >= self.limiter.queue_size:
             raise AdmissionError(f"admission queue is full ({self.limiter.queue_size} waiting)",
                                  retry_after_s=self.cfg.reject_retry_after_s, fix="retry after Retry-After")
+        if self.cfg.reject_expected_wait:
+            wait = self.limiter.expected_wait_s(prio)
+            if wait > self.cfg.queue_timeout_s:
+                raise AdmissionError(f"estimated queue wait {wait * 1000:.0f} ms is over the queue timeout "
+                                     f"({self.cfg.queue_timeout_s * 1000:.0f} ms)",
+                                     retry_after_s=self.cfg.reject_retry_after_s, fix="retry after Retry-After")
 
     @asynccontextmanager
     async def admit(self, tenant: str, *, priority: str = "interactive", est_tokens: int = 1,

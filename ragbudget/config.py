@@ -333,6 +333,8 @@ class AdmissionConfig(_Section):
     batch_share: float = Field(0.25, gt=0, le=1)  # share of concurrency slots batch work may hold
     batch_reject_level: int = Field(3, ge=1, le=5)  # batch work is shed from this level on
     queue_timeout_s: float = Field(10.0, gt=0)  # waiting longer in the queue → 429
+    # refuse at once when the estimated wait (mean slot hold time × queue position) is over queue_timeout_s
+    reject_expected_wait: bool = True
     reject_retry_after_s: float = Field(1.0, gt=0)
 
     @model_validator(mode="after")

@@ -144,6 +144,36 @@ async def test_limiter_timeout_and_cancel_leave_no_leak():
     assert await lim.acquire(0, 1) is False
 
 
+async def test_expected_wait_refuses_at_once_what_would_time_out():
+    c = _controller(queue_size=8, queue_timeout_s=0.03)
+    assert c.limiter.expected_wait_s(0) == 0.0  # nothing measured yet: no estimate, nothing refused
+    for _ in range(3):  # slots are held ~60 ms each
+        async with c.admit("a"), c.admit("a"):
+            await asyncio.sleep(0.06)
+    assert 0.05 < c.limiter.hold_ewma_s < 0.5
+    async with c.admit("a"), c.admit("a"):  # both slots just taken: ~60 ms left > 30 ms timeout
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(AdmissionError, match="estimated queue wait"):
+            c.check("a")
+        assert asyncio.get_running_loop().time() - t0 < 0.02  # refused at once, not after the timeout
+        assert c.queue_depth == 0
+        c.cfg = c.cfg.model_copy(update={"queue_timeout_s": 5.0})  # a wait the caller can afford: queue
+        waiter = asyncio.create_task(_hold_once(c))
+        await asyncio.sleep(0.01)
+        assert c.queue_depth == 1
+        assert 0.02 < c.limiter.expected_wait_s(0) < c.limiter.hold_ewma_s  # the second slot to free up
+        assert c.limiter.expected_wait_s(0, now=1e9) == 0.0  # holders long past the mean: any moment now
+    assert (await waiter).decision == "queued"
+    c.cfg = c.cfg.model_copy(update={"queue_timeout_s": 0.001, "reject_expected_wait": False})
+    async with c.admit("a"), c.admit("a"):
+        c.check("a")  # switched off: only the queue timeout refuses
+
+
+async def _hold_once(c: AdmissionController):
+    async with c.admit("a") as t:
+        return t
+
+
 async def test_controller_queues_when_slots_are_taken():
     c = _controller(queue_size=1, queue_timeout_s=5)
     release = asyncio.Event()
