@@ -331,7 +331,9 @@ class AdmissionConfig(_Section):
     # ratio of measured P95 to SLO at which levels 1..5 start (ascending)
     thresholds: list[float] = [1.0, 1.25, 1.5, 2.0, 3.0]
     batch_share: float = Field(0.25, gt=0, le=1)  # share of concurrency slots batch work may hold
-    batch_reject_level: int = Field(3, ge=1, le=5)  # batch work is shed from this level on
+    # batch work is shed from this level on: 1 = as soon as interactive traffic misses its SLO (batch work
+    # waits and retries; it is resumable), so batch load cannot keep interactive latency over the SLO
+    batch_reject_level: int = Field(1, ge=1, le=5)
     queue_timeout_s: float = Field(10.0, gt=0)  # waiting longer in the queue → 429
     # refuse at once when the estimated wait (mean slot hold time × queue position) is over queue_timeout_s
     reject_expected_wait: bool = True

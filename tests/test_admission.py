@@ -226,7 +226,7 @@ def test_ladder_needs_min_samples_and_uses_queue_wait():
 
 
 async def test_controller_sheds_at_level_5_and_batch_earlier():
-    c = _controller(slo_ttft_p95_ms=100, min_samples=1, reject_retry_after_s=3)
+    c = _controller(slo_ttft_p95_ms=100, min_samples=1, reject_retry_after_s=3, batch_reject_level=3)
     for _ in range(5):
         c.record_ttft(160)  # ratio 1.6 → level 3
     assert c.level == 3
@@ -248,6 +248,17 @@ async def test_controller_sheds_at_level_5_and_batch_earlier():
             async with c.admit("a"):
                 pass
     assert ei.value.retry_after_s == 3 and c.queue_depth == 0
+
+
+async def test_default_sheds_batch_as_soon_as_interactive_misses_its_slo():
+    c = _controller(slo_ttft_p95_ms=100, min_samples=1)
+    for _ in range(5):
+        c.record_ttft(110)  # P95 just over the SLO → level 1
+    assert c.level == 1
+    async with c.admit("a"), c.admit("a", priority="batch"):  # free slots are still used by batch ...
+        with pytest.raises(AdmissionError, match="shed"):  # ... but batch may not queue at level 1
+            c.check("a", priority="batch")
+        c.check("a")  # interactive may
 
 
 async def test_disabled_controller_admits_everything():
