@@ -5,7 +5,8 @@
 
 from .config import Config, dump_config, load_config
 from .errors import (AdmissionError, BackendUnavailableError, BudgetConfigError, BudgetError, CacheError,
-                     ConfigError, GenerationError, IndexMismatchError, IndexNotFoundError, IngestError,
+                     ConfigError, GenerationError, IndexBusyError, IndexMismatchError, IndexNotFoundError,
+                     IngestError,
                      ModelNotFoundError, PartialGenerationError, QueryError, RagBudgetError, RoutingError)
 from .pipeline import RAG
 from .types import (Allocation, Answer, Chunk, Citation, Document, FinalEvent, Generation, Ledger, Message,
@@ -16,7 +17,7 @@ __all__ = [
     "Allocation", "Answer", "Chunk", "Citation", "Document", "FinalEvent", "Generation", "Ledger", "Message",
     "ProgressEvent", "Prompt", "Scored", "SectionLedger", "Timings", "TokenEvent", "Usage",
     "RagBudgetError", "ConfigError", "BudgetConfigError", "ModelNotFoundError", "IngestError",
-    "IndexNotFoundError", "IndexMismatchError", "QueryError", "BudgetError", "GenerationError",
+    "IndexNotFoundError", "IndexMismatchError", "IndexBusyError", "QueryError", "BudgetError", "GenerationError",
     "BackendUnavailableError", "PartialGenerationError", "RoutingError", "CacheError", "AdmissionError",
 ]
 __version__ = "0.1.0"

@@ -100,6 +100,7 @@ class RetrievalConfig(_Section):
 class IndexConfig(_Section):
     dir: str = "indexes"
     name: str = "default"
+    lock_timeout_s: float = Field(600.0, ge=0)  # a second writer of one index waits this long, then fails
 
 
 class RerankConfig(_Section):

@@ -9,7 +9,8 @@
     ├── IngestError                     a document or folder that cannot be ingested
     ├── IndexError_                     index problems (exported as ``IndexError`` is avoided)
     │   ├── IndexNotFoundError          no index of that name
-    │   └── IndexMismatchError          built with another embedding model / format
+    │   ├── IndexMismatchError          built with another embedding model / format
+    │   └── IndexBusyError              another process is writing the index (waited too long)
     ├── QueryError                      an empty or unusable query
     ├── BudgetError                     a request that cannot fit its budget (strict mode)
     ├── GenerationError                 a generation backend failed
@@ -60,6 +61,10 @@ class IndexNotFoundError(IndexError_):
 
 class IndexMismatchError(IndexError_):
     """The index on disk was built with other settings (embedding model, format)."""
+
+
+class IndexBusyError(IndexError_):
+    """Another process holds the index's writer lock (an ingest in progress)."""
 
 
 class QueryError(RagBudgetError):

@@ -19,6 +19,8 @@ from .config import Config
 from .embed import Embedder
 from .errors import IngestError
 from .index import HybridIndex, IngestReport, ProgressFn
+from .index.hybrid import wait_notice
+from .index.lock import index_write_lock
 from .ingest.loaders import LoadReport, load_jsonl_bytes
 from .retrieve import HybridRetriever
 from .trim import split_sentences
@@ -57,7 +59,8 @@ class IndexRegistry:
     def ingest(self, source: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Document], name: str, *,
                rebuild: bool = False, progress: ProgressFn | None = None) -> IngestReport:
         """Upsert a folder/file or records into index ``name``, save it atomically, then swap it in."""
-        with self._ingest_lock:
+        with self._ingest_lock, index_write_lock(HybridIndex.path_for(name, self.config),
+                                                 self.config.index.lock_timeout_s, on_wait=wait_notice(progress)):
             idx = HybridIndex.open_or_create(name, self.config, self.embedder, rebuild=rebuild)
             before = set(idx.store.ids)
             if isinstance(source, (str, os.PathLike)):

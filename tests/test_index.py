@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ragbudget.config import BM25Config, Config, FaissConfig
-from ragbudget.errors import IndexMismatchError, IndexNotFoundError
+from ragbudget import RAG
+from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.errors import IndexBusyError, IndexMismatchError, IndexNotFoundError
 from ragbudget.index import Analyzer, DenseIndex, HybridIndex, SparseIndex, ingest_path
+from ragbudget.index.lock import lock_path
 
 from fixtures_retrieval import CountingEmbedder, cfg, embedder, minimal_pdf, real_embedder  # noqa: F401
 
@@ -87,7 +93,8 @@ def test_crash_mid_save_leaves_previous_index_loadable(tmp_path: Path, cfg: Conf
     monkeypatch.undo()
     idx = HybridIndex.load("kb", cfg, model_id=embedder.model_id)
     assert idx.version == before.content_version and len(idx) == 4
-    assert sorted(p.name for p in Path(cfg.index.dir).iterdir() if p.name != ".embcache.sqlite") == ["kb"]
+    assert sorted(p.name for p in Path(cfg.index.dir).iterdir()
+                  if p.name not in (".embcache.sqlite", ".kb.lock")) == ["kb"]
 
 
 def test_swap_interrupted_between_renames_is_repaired(tmp_path: Path, cfg: Config, embedder: CountingEmbedder) -> None:
@@ -151,3 +158,43 @@ def test_sparse_search_ranks_by_bm25_and_skips_stopword_queries() -> None:
     assert [r for r, _ in sp.search("wing", 3)] == [2, 0]
     assert sp.search("the of and", 3) == []
     assert SparseIndex(BM25Config()).search("anything", 3) == []
+
+
+# ------------------------------------------------------------------------------------- one writer
+
+def test_second_writer_waits_then_fails_naming_the_holder(tmp_path: Path, cfg: Config,
+                                                          embedder: CountingEmbedder) -> None:
+    docs = corpus(tmp_path / "docs")
+    folder = HybridIndex.path_for("kb", cfg)
+    holder = subprocess.Popen(  # another process (e.g. a CLI ingest) holds the writer lock
+        [sys.executable, "-c", "import sys, time\n"
+         "from ragbudget.index.lock import index_write_lock\n"
+         f"with index_write_lock({str(folder)!r}, 5):\n"
+         "    print('held', flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        notices: list[str] = []
+        busy = cfg.with_overrides({"index.lock_timeout_s": 0.3})
+        with pytest.raises(IndexBusyError, match=f"pid {holder.pid}"):
+            ingest_path(docs, "kb", busy, embedder, progress=lambda stage, *_: notices.append(stage))
+        assert any(n.startswith("wait:") for n in notices)
+        assert not HybridIndex.exists("kb", cfg)  # nothing was written while it waited
+    finally:
+        holder.communicate("\n", timeout=10)  # the holder exits: its lock goes with it
+    assert ingest_path(docs, "kb", cfg.with_overrides({"index.lock_timeout_s": 0.3}), embedder).documents == 4
+
+
+def test_two_writers_of_one_index_lose_nothing(tmp_path: Path, cfg: Config,
+                                               real_embedder: SentenceTransformerEmbedder) -> None:
+    # Two RAG objects (as two processes would) ingest different records into one index at once. Without
+    # the writer lock each loads the empty index and the later save drops the other's records.
+    rags = [RAG(cfg, embedder=real_embedder, index="kb") for _ in range(2)]
+    batches = [[{"id": f"{w}-{i}", "text": f"Writer {w} record {i} about boundary layer suction {i * 7}."}
+                for i in range(40)] for w in ("a", "b")]
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(lambda rb: rb[0].ingest(rb[1]), zip(rags, batches)))
+    assert [r.documents for r in reports] == [40, 40]
+    idx = HybridIndex.load("kb", cfg, model_id=real_embedder.model_id)
+    assert {c.doc_id for c in idx.store} == {r["id"] for b in batches for r in b}
+    assert not lock_path(HybridIndex.path_for("kb", cfg)).read_text()  # no holder left behind

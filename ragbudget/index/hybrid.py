@@ -28,6 +28,7 @@ from ..ingest import Chunker, LoadReport, load_path
 from ..tokens import Tokenizer
 from ..types import Chunk, Document
 from .dense import DenseIndex
+from .lock import index_write_lock
 from .manifest import MANIFEST_FILE, Manifest, content_version
 from .sparse import SparseIndex
 from .store import ChunkStore
@@ -342,5 +343,14 @@ def ingest_path(path: str | os.PathLike[str], name: str, cfg: Config, embedder: 
     """Open (or create) index ``name`` and ingest ``path`` into it. ``rebuild`` starts from empty."""
     if not Path(path).expanduser().exists():
         raise IngestError(f"path not found: {path}", fix="pass an existing folder or file to ingest")
-    index = HybridIndex.open_or_create(name, cfg, embedder, rebuild=rebuild)
-    return index.ingest(path, embedder, progress=progress)
+    with index_write_lock(HybridIndex.path_for(name, cfg), cfg.index.lock_timeout_s,
+                          on_wait=wait_notice(progress)):
+        index = HybridIndex.open_or_create(name, cfg, embedder, rebuild=rebuild)
+        return index.ingest(path, embedder, progress=progress)
+
+
+def wait_notice(progress: ProgressFn | None) -> Callable[[str], None] | None:
+    """Report a wait for the writer lock through the progress callback (stage ``"wait"``)."""
+    if progress is None:
+        return None
+    return lambda message: progress(f"wait: {message}", 0, 1)

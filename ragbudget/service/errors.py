@@ -25,6 +25,7 @@ STATUS_BY_ERROR: tuple[tuple[type[E.RagBudgetError], int], ...] = (
     (E.AdmissionError, 429),
     (E.IndexNotFoundError, 404),
     (E.IndexMismatchError, 409),
+    (E.IndexBusyError, 409),
     (E.GenerationTimeoutError, 504),
     (E.GenerationError, 503),
     (E.ModelNotFoundError, 503),
