@@ -115,3 +115,26 @@ async def test_astream(gen: ExtractiveGenerator) -> None:
                      context=_scored(["Berlin is the capital of Germany."]))
     text = "".join([e.text async for e in st])
     assert text == "Berlin is the capital of Germany. [1]" == st.generation.text
+
+
+def test_sentence_ends_before_a_lower_case_start_and_short_topic_sentence_brings_its_follower(
+        gen: ExtractiveGenerator) -> None:
+    ctx = _scored(["Excess requests are rejected with HTTP 429 and a Retry-After header. ragbudget measures "
+                   "time to first token, cache hit rates and tokens per section for every request.",
+                   "Unused budget can be lent. The default lending policy moves unused history budget to the "
+                   "retrieved context. Ledgers record every section."])
+    g = gen.generate(make_prompt([("user", "Question: How is unused budget lent?")]), max_tokens=60, context=ctx)
+    assert g.text.startswith("Unused budget can be lent. The default lending policy moves unused history "
+                             "budget to the retrieved context. [2]")
+    assert "Ledgers" not in g.text  # the follower shares a question term; the one after it does not
+    g = gen.generate(make_prompt([("user", "Question: What does ragbudget measure for a request?")]),
+                     max_tokens=60, context=ctx)
+    assert g.text.startswith("ragbudget measures time to first token")  # not glued to the 429 sentence
+    assert "429" not in g.text
+
+
+def test_best_sentence_over_max_tokens_is_cut_but_keeps_its_citation(gen: ExtractiveGenerator) -> None:
+    long = "The wing " + " ".join(f"section {i} carries load" for i in range(40)) + "."
+    g = gen.generate(make_prompt([("user", "Question: What does the wing carry?")]), max_tokens=30,
+                     context=_scored([long]))
+    assert g.text.endswith("… [1]") and g.usage.completion_tokens <= 30 and g.finish_reason == "length"

@@ -22,6 +22,7 @@ from typing import Iterator, Sequence
 
 from ..stemming import stem_words
 from ..tokens import Tokenizer
+from ..trim import split_sentences as punkt_sentences
 from ..types import Prompt, Scored
 from .base import BaseGenerator, StreamState
 
@@ -32,7 +33,8 @@ _STOP = frozenset(
     "can could should would will shall may might must have has had not no yes i you he she we they me "
     "my your our his her them us about over under between after before during any all some such".split())
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[a-z]+)?")
-_SENT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n{2,}")
+SHORT_SENTENCE_WORDS = 8
+_PARA = re.compile(r"\n\s*\n")
 _PASSAGE = re.compile(r"^\[(\d+)\][ \t]*(.*)$", re.M)
 _QUESTION = re.compile(r"^\s*(?:Question|Q)\s*:\s*(.+)$", re.M | re.I)
 
@@ -54,10 +56,12 @@ _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S.*$", re.MULTILINE)
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences worth quoting: markdown heading lines and fragments under three words are left out
-    (a heading such as "# Refunds" matches a question's words but answers nothing)."""
+    """Sentences worth quoting: paragraphs split by punkt (the splitter trimming uses, memoised), with
+    markdown heading lines and fragments under three words left out (a heading such as "# Refunds" matches
+    a question's words but answers nothing). Punkt, unlike a capital-letter rule, also ends a sentence
+    before one that starts in lower case ("... a Retry-After header. ragbudget measures ...")."""
     text = _HEADING.sub("\n", text)
-    return [s.strip() for s in _SENT.split(text) if s and len(s.split()) >= 3]
+    return [s for para in _PARA.split(text) for s in punkt_sentences(para) if len(s.split()) >= 3]
 
 
 def passages_from_context(context: Sequence[Scored]) -> list[Passage]:
@@ -120,7 +124,26 @@ def select_sentences(question: str, passages: Sequence[Passage], *, max_sentence
     if not scored:
         return []
     best = scored[0][2]
-    return [x for x in scored[:max_sentences] if x[2] >= min_ratio * best]
+    picked = [x for x in scored[:max_sentences] if x[2] >= min_ratio * best]
+    return _with_followers(picked, cands, q)
+
+
+def _with_followers(picked: list[tuple[str, int, float]], cands: list[tuple[str, int, int, set[str]]],
+                    q: set[str]) -> list[tuple[str, int, float]]:
+    """A short picked sentence (under ``SHORT_SENTENCE_WORDS`` words, e.g. "Unused budget can be lent.")
+    is often a topic sentence whose substance is the next one; when that next sentence also shares a
+    question term, quote the two together."""
+    chosen = {s for s, _, _ in picked}
+    nxt = {c[0]: cands[i + 1] for i, c in enumerate(cands[:-1]) if cands[i + 1][1] == c[1]}
+    out = []
+    for s, num, score in picked:
+        f = nxt.get(s)
+        follower = f[0] if f is not None and f[3] & q else None
+        if len(s.split()) < SHORT_SENTENCE_WORDS and follower and follower not in chosen:
+            chosen.add(follower)
+            s = f"{s} {follower}"
+        out.append((s, num, score))
+    return out
 
 
 class ExtractiveGenerator(BaseGenerator):
@@ -151,6 +174,14 @@ class ExtractiveGenerator(BaseGenerator):
                 piece = f"{' '.join(sent.split())} [{num}]"  # source line breaks are not answer structure
                 cost = self.tokenizer.count(piece + " ")
                 if parts and cost > budget:
+                    break
+                if cost > budget:  # the best sentence alone is over max_tokens: cut it, keep its citation
+                    cite = f"… [{num}]"
+                    head = self.tokenizer.truncate(' '.join(sent.split()), budget - self.tokenizer.count(cite) - 1)
+                    cut = self.label + f"{head.rstrip()}{cite}"
+                    if self.tokenizer.count(cut) <= max_tokens:
+                        return cut, True
+                    parts.append(piece)  # tiny budgets: plain truncation below
                     break
                 parts.append(piece)
                 budget -= cost
