@@ -51,6 +51,11 @@ class IndexRegistry:
                 got = self._loaded[name] = LoadedIndex(idx, HybridRetriever(idx, self.config.retrieval, self.embedder))
             return got
 
+    def loaded_names(self) -> list[str]:
+        """Indexes held in memory now."""
+        with self._lock:
+            return sorted(self._loaded)
+
     def info(self, name: str) -> dict[str, Any]:
         loaded = self.get(name)
         return {"name": loaded.index.name, "chunks": len(loaded.index), "content_version": loaded.index.version,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -304,3 +305,22 @@ def test_full_queue_answers_429_promptly_and_queued_request_completes(slow):
     queued.join(60)
     assert results["holder"].status_code == 200 and results["queued"].status_code == 200
     assert results["queued"].json()["queue_wait_ms"] > 0
+
+
+def test_startup_preloads_indexes_and_serve_freezes_the_heap(cranfield_rag, service_config, embedder):  # noqa: F811
+    fresh = RAG(service_config, embedder=embedder)  # same index dir, nothing loaded yet
+    assert fresh.indexes.loaded_names() == []
+    assert gc.get_freeze_count() == 0
+    try:
+        with BackgroundServer(create_app(fresh, service_config, freeze_heap=True)) as srv:
+            assert httpx.get(srv.url + "/readyz").status_code == 200
+            # every index on disk was loaded before ready, so no request pays for it
+            assert "default" in fresh.indexes.loaded_names()
+            assert set(fresh.indexes.loaded_names()) == set(fresh.list_indexes())
+            assert gc.get_freeze_count() > 100_000  # models, indexes and imports left the collector's walk
+            r = httpx.post(srv.url + "/v1/query", json={"question": "boundary layer transition", "stream": False},
+                           headers={"authorization": f"Bearer {KEYS['acme']}"}, timeout=60)
+            assert r.status_code == 200 and r.json()["citations"]
+    finally:
+        gc.unfreeze()  # the test process is not a server: give its objects back to the collector
+        fresh.close()

@@ -43,7 +43,8 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn.run("ragbudget.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
                     log_level=args.log_level)
     else:
-        uvicorn.run(create_app(None, cfg), host=host, port=port, log_level=args.log_level)
+        uvicorn.run(create_app(None, cfg, freeze_heap=cfg.service.gc_freeze), host=host, port=port,
+                    log_level=args.log_level)
     return 0
 
 

@@ -2,6 +2,7 @@
 
     python -m ragbudget.eval.pipeline_bench ../shared/data/eval/squad2 --n 100
     python -m ragbudget.eval.pipeline_bench ../shared/data/eval/squad2 --n 100 --count-cache
+    python -m ragbudget.eval.pipeline_bench ../shared/data/eval/squad2 --n 20 --gc
 
 Ingests the corpus into a temporary index, asks ``n`` questions fresh (cold response cache, warm model),
 then the same questions again (exact-cache hits) and once more with different casing/punctuation
@@ -12,9 +13,11 @@ each pipeline stage in a fresh answer.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +132,40 @@ def compare_count_cache(folder: str | Path, n: int = 100, config: Config | None 
     return out
 
 
+def gc_pause(folder: str | Path, n: int = 20, repeats: int = 3) -> dict[str, Any]:
+    """How long one full cyclic garbage collection stalls a process holding the models and an index,
+    before and after :func:`gc.freeze` (what ``ragbudget serve`` does after start-up)."""
+    folder = Path(folder)
+    questions = [json.loads(x)["text"] for x in (folder / "questions.jsonl").read_text().splitlines() if x.strip()]
+    with tempfile.TemporaryDirectory() as tmp:
+        rag = RAG((Config()).with_overrides({"index.dir": tmp}), index="bench")
+        rag.ingest(folder / "corpus.jsonl")
+        rag.warm_up()
+        for q in questions[:n]:
+            rag.query(q)
+
+        def full_ms() -> list[float]:
+            out = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                gc.collect()
+                out.append((time.perf_counter() - t0) * 1000)
+            return out
+
+        tracked = len(gc.get_objects())
+        before = full_ms()
+        gc.freeze()
+        try:
+            frozen = gc.get_freeze_count()
+            after = full_ms()
+        finally:
+            gc.unfreeze()
+            rag.close()
+    return {"tracked_objects": tracked, "frozen_objects": frozen, "full_collection_ms_before": before,
+            "full_collection_ms_after_freeze": after,
+            "ratio_median": statistics.median(before) / max(statistics.median(after), 1e-6)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", help="answers layout: corpus.jsonl + questions.jsonl")
@@ -136,8 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", action="store_true", help="compare response modes (concise vs detailed) instead")
     ap.add_argument("--count-cache", action="store_true",
                     help="compare fresh answers with the token-count memo on and off instead")
+    ap.add_argument("--gc", action="store_true",
+                    help="time a full garbage collection before and after gc.freeze instead")
     args = ap.parse_args(argv)
-    if args.count_cache:
+    if args.gc:
+        result = gc_pause(args.folder, args.n)
+    elif args.count_cache:
         result = compare_count_cache(args.folder, args.n)
     else:
         result = compare_modes(args.folder, args.n) if args.modes else run(args.folder, args.n)

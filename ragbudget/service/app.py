@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -81,8 +82,13 @@ class BodyLimit:
 
 
 def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None = None, *,
-               environ: dict[str, str] | None = None) -> FastAPI:
-    """The API app. ``rag``: a RAG, a factory returning one, or None (``RAG(config)``)."""
+               environ: dict[str, str] | None = None, freeze_heap: bool = False) -> FastAPI:
+    """The API app. ``rag``: a RAG, a factory returning one, or None (``RAG(config)``).
+
+    ``freeze_heap``: for a process that exists to serve this app (``ragbudget serve``): once models and
+    indexes are loaded, :func:`gc.freeze` them, so the cyclic collector never walks the ~600k objects of
+    torch, transformers and the indexes again (a full collection over them takes ~0.4 s, BENCHMARKS.md).
+    Leave it off when embedding the app in another program: freezing is process-wide."""
     if config is None:
         config = rag.config if isinstance(rag, RAG) else load_config()
     if rag is None:
@@ -99,6 +105,10 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
             state.rag = await asyncio.to_thread(factory)
             state.metrics = state.rag.metrics  # one metrics path: the pipeline records answers there
             await asyncio.to_thread(state.rag.warm_up)
+            if config.service.preload_indexes:
+                await asyncio.to_thread(preload_indexes, state.rag)
+            if freeze_heap:
+                await asyncio.to_thread(freeze_heap_now)
             state.ready = True
             resumed = batches.resume_pending(state)
             if resumed:
@@ -122,9 +132,30 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
     return app
 
 
+def preload_indexes(rag: RAG) -> list[str]:
+    """Load every index under ``index.dir`` now, so no request pays for it; one that cannot be loaded
+    (e.g. built with another embedding model) is logged and left for its queries to report."""
+    loaded = []
+    for name in rag.list_indexes():
+        try:
+            rag.indexes.get(name)
+            loaded.append(name)
+        except RagBudgetError as err:
+            log.warning("index %r not preloaded: %s", name, err)
+    return loaded
+
+
+def freeze_heap_now() -> int:
+    """Collect once, then move every surviving object to the permanent generation. Returns its size."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: config from ``$RAGBUDGET_SERVE_CONFIG`` (or defaults)."""
-    return create_app(None, load_config(os.environ.get(CONFIG_ENV) or None))
+    cfg = load_config(os.environ.get(CONFIG_ENV) or None)
+    return create_app(None, cfg, freeze_heap=cfg.service.gc_freeze)
 
 
 class BackgroundServer:
