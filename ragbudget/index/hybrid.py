@@ -80,6 +80,12 @@ def list_indexes(index_dir: str | os.PathLike[str]) -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.is_dir() and (p / MANIFEST_FILE).is_file())
 
 
+def _ingest_tokenizer(cfg: Config) -> Tokenizer:
+    """The chunker's tokenizer, without the count memo: ingest-time texts do not recur, and the memo would
+    keep up to its size in chunk texts alive for as long as the index is loaded."""
+    return Tokenizer(cfg.tokenizer.encoding, count_cache_entries=0)
+
+
 def _check_name(name: str) -> None:
     if not _NAME.match(name):
         raise IndexError_(f"invalid index name {name!r}",
@@ -100,7 +106,7 @@ class HybridIndex:
         self.sources = sources
         self._ids: list[str] = store.ids
         self._dirty = not (folder / MANIFEST_FILE).is_file()
-        self.chunker = Chunker(config.chunking, Tokenizer(config.tokenizer.encoding))
+        self.chunker = Chunker(config.chunking, _ingest_tokenizer(config))
 
     # -- construction ---------------------------------------------------------------------------
     @property
@@ -120,7 +126,7 @@ class HybridIndex:
     def create(cls, name: str, cfg: Config, *, model_id: str, dim: int) -> "HybridIndex":
         """A new, empty in-memory index (nothing is written until :meth:`save`)."""
         folder = cls.path_for(name, cfg)
-        chunker = Chunker(cfg.chunking, Tokenizer(cfg.tokenizer.encoding))
+        chunker = Chunker(cfg.chunking, _ingest_tokenizer(cfg))
         sparse = SparseIndex(cfg.retrieval.bm25)
         manifest = Manifest(name=name, embedding_model=model_id, embedding_dim=dim, chunker=chunker.settings(),
                             analyzer={**sparse.analyzer.settings(), "k1": cfg.retrieval.bm25.k1,

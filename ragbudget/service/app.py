@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ from fastapi import FastAPI
 from ..config import Config, load_config
 from ..errors import RagBudgetError
 from ..pipeline import RAG
-from . import batches, ingest, openai_compat, ops, query
+from . import batches, heap, ingest, openai_compat, ops, query
 from .errors import error_body, install_error_handlers
 from .state import ServiceState
 
@@ -108,7 +107,8 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
             if config.service.preload_indexes:
                 await asyncio.to_thread(preload_indexes, state.rag)
             if freeze_heap:
-                await asyncio.to_thread(freeze_heap_now)
+                await asyncio.to_thread(heap.freeze)
+                state.heap_frozen = True
             state.ready = True
             resumed = batches.resume_pending(state)
             if resumed:
@@ -143,13 +143,6 @@ def preload_indexes(rag: RAG) -> list[str]:
         except RagBudgetError as err:
             log.warning("index %r not preloaded: %s", name, err)
     return loaded
-
-
-def freeze_heap_now() -> int:
-    """Collect once, then move every surviving object to the permanent generation. Returns its size."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
 
 
 def app_from_env() -> FastAPI:

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 
 from ..config import TenantConfig
 from ..types import Document
+from . import heap
 from .auth import current_tenant, get_state, tenant_index
 from .errors import ApiError
 from .jobs import get_job, start_job
@@ -59,7 +60,10 @@ async def ingest(body: IngestRequest, request: Request, tenant: TenantConfig = D
 
     async def work(job: Job) -> Any:
         job.detail.update({"index": index, "source": str(body.path or f"{len(source)} records")})
-        return await asyncio.to_thread(rag.ingest, source, index=index)
+        report = await asyncio.to_thread(rag.ingest, source, index=index)
+        if state.heap_frozen:  # the old index is unreachable now: free its cycles, freeze the new one
+            await asyncio.to_thread(heap.refreeze)
+        return report
 
     job = start_job(state, "ingest", tenant.name, work)
     return {"id": job.id, "state": job.state, "status_url": f"/v1/ingest/{job.id}"}

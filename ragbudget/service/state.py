@@ -57,6 +57,7 @@ class ServiceState:
     api_keys: dict[str, str] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     in_flight: int = 0
+    heap_frozen: bool = False  # gc.freeze ran at start-up (``ragbudget serve``); ingest jobs refreeze
 
     @property
     def tenants(self) -> dict[str, TenantConfig]:
