@@ -13,6 +13,7 @@ generation when the consumer goes away.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -370,6 +371,17 @@ class RAG:
     async def astream(self, question: str, **kw: Any) -> AsyncIterator[StreamEvent]:
         """Async twin of :meth:`stream`. Closing the iterator (e.g. a client disconnect) cancels the
         generation between tokens."""
+        async with contextlib.aclosing(self.astream_chunks(question, **kw)) as chunks:
+            async for chunk in chunks:
+                for ev in chunk:
+                    yield ev
+
+    async def astream_chunks(self, question: str, **kw: Any) -> AsyncIterator[list[StreamEvent]]:
+        """Like :meth:`astream`, but each step yields every event that is ready, in order (at least one).
+
+        A server writes each list as one chunk: tokens that arrive together (an extractive answer, a cache
+        hit, a fast engine) cost one send instead of one each — the event loop of a loaded server spends
+        as much time holding the GIL as the pipeline does, most of it per send (BENCHMARKS.md)."""
         loop = asyncio.get_running_loop()
         q: asyncio.Queue[Any] = asyncio.Queue()
         cancel = threading.Event()
@@ -396,12 +408,19 @@ class RAG:
         worker.start()
         try:
             while True:
-                item = await q.get()
-                if item is end:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+                items = [await q.get()]
+                while not q.empty():
+                    items.append(q.get_nowait())
+                ready = []
+                for item in items:
+                    if item is end or isinstance(item, BaseException):
+                        if ready:
+                            yield ready
+                        if item is end:
+                            return
+                        raise item
+                    ready.append(item)
+                yield ready
         finally:
             cancel.set()
 

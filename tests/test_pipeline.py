@@ -143,6 +143,20 @@ async def test_async_twins(rag):
     assert isinstance(got[-1], FinalEvent)
 
 
+async def test_astream_chunks_group_ready_events_in_order(rag):
+    q = "How does trimming keep the most relevant sentences of each chunk?"
+    chunks = [c async for c in rag.astream_chunks(q, mode="detailed")]
+    flat = [ev for c in chunks for ev in c]
+    assert all(chunks) and isinstance(flat[-1], FinalEvent)
+    tokens = [ev for ev in flat if isinstance(ev, TokenEvent)]
+    assert [t.index for t in tokens] == list(range(len(tokens)))  # order kept across chunks
+    assert "".join(t.text for t in tokens) == flat[-1].answer.answer
+    # the extractive answer arrives in a burst: far fewer writes than events
+    assert len(tokens) > 10 and len(chunks) < len(flat) / 2
+    again = [ev async for ev in rag.astream(q, mode="detailed")]  # a cache hit, one event at a time
+    assert isinstance(again[-1], FinalEvent) and again[-1].answer.answer == flat[-1].answer.answer
+
+
 async def test_astream_consumer_leaving_early_cancels(rag):
     agen = rag.astream("Explain admission control, the degradation ladder and the priority queue in detail.",
                        mode="detailed")

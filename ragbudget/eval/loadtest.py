@@ -44,6 +44,7 @@ class Result:
     degrade_level: int | None = None
     queue_wait_ms: float | None = None  # server-side, from the final event
     server_ttft_ms: float | None = None  # server-side TTFT (handler start → first token), queue included
+    pipeline_ms: float | None = None  # the pipeline's own total (its thread, start to final event)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Phase:
         waits = sorted(r.queue_wait_ms for r in ok if r.queue_wait_ms is not None)
         # TTFT minus the time spent queued: what the request cost once it had a slot
         server_ttft = sorted(r.server_ttft_ms for r in ok if r.server_ttft_ms is not None)
+        pipeline = sorted(r.pipeline_ms for r in ok if r.pipeline_ms is not None)
         service = sorted(r.ttft_ms - (r.queue_wait_ms or 0.0) for r in ok)  # type: ignore[operator]
         return {
             "phase": self.name, "offered_rps": round(self.offered_rps, 2), "sent": len(self.results),
@@ -72,6 +74,7 @@ class Phase:
             "e2e_p99_ms": pct(e2e, 99), "queue_wait_p99_ms": pct(waits, 99),
             "server_ttft_p50_ms": pct(server_ttft, 50), "server_ttft_p99_ms": pct(server_ttft, 99),
             "service_p50_ms": pct(service, 50), "service_p99_ms": pct(service, 99),
+            "pipeline_p50_ms": pct(pipeline, 50), "pipeline_p99_ms": pct(pipeline, 99),
             "reject_p99_ms": pct(sorted(r.e2e_ms for r in rej), 99),
             "max_degrade_level": max(levels) if levels else None,
         }
@@ -88,7 +91,7 @@ async def one_request(client: httpx.AsyncClient, question: str, priority: str = 
     t0 = time.perf_counter()
     ttft = None
     level = None
-    wait = server_ttft = None
+    wait = server_ttft = pipeline = None
     try:
         async with client.stream("POST", "/v1/query", json={"question": question, "stream": True,
                                                             "priority": priority}) as r:
@@ -106,6 +109,7 @@ async def one_request(client: httpx.AsyncClient, question: str, priority: str = 
                         final = json.loads(line[5:])
                         level, wait = final.get("degrade_level"), final.get("queue_wait_ms")
                         server_ttft = final.get("server_ttft_ms")
+                        pipeline = (final.get("timings") or {}).get("total_ms")
                 elif line.startswith("data:") and event == "error":
                     # In-band error after the status line: an admission rejection (queue timeout while
                     # waiting for a slot) counts as a 429; anything else as an error.
@@ -114,7 +118,7 @@ async def one_request(client: httpx.AsyncClient, question: str, priority: str = 
                     return Result(code, None, (time.perf_counter() - t0) * 1000)
     except httpx.HTTPError:
         return Result(598, None, (time.perf_counter() - t0) * 1000)
-    return Result(200, ttft, (time.perf_counter() - t0) * 1000, level, wait, server_ttft)
+    return Result(200, ttft, (time.perf_counter() - t0) * 1000, level, wait, server_ttft, pipeline)
 
 
 async def closed_loop(url: str, questions: list[str], concurrency: int, n: int, max_s: float, name: str) -> Phase:
@@ -306,7 +310,7 @@ def cpu_set(spec: str | None) -> set[int] | None:
 def markdown(report: dict[str, Any]) -> str:
     cols = ["phase", "offered_rps", "sent", "ok", "rejected_429", "other_errors", "throughput_rps",
             "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "queue_wait_p99_ms", "server_ttft_p50_ms",
-            "server_ttft_p99_ms", "service_p50_ms",
+            "server_ttft_p99_ms", "pipeline_p50_ms", "pipeline_p99_ms", "service_p50_ms",
             "service_p99_ms", "reject_p99_ms", "max_degrade_level"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(p[c]) for c in cols) + " |" for p in report["phases"]]

@@ -8,7 +8,6 @@ a ``ragbudget`` object (citations, ledger, route, cache layer, degrade level).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -23,7 +22,7 @@ from ..types import Answer, FinalEvent, Message, TokenEvent
 from .auth import current_tenant, get_state
 from .errors import ApiError, error_body, rag_error_payload
 from .query import SSE_SEND_TIMEOUT_S
-from .run import answer_once, answer_stream, precheck, prepare, require_rag
+from .run import answer_once, answer_stream_chunks, precheck, prepare, require_rag, sse_bytes
 from .schemas import ChatCompletionRequest, ChatMessage
 
 log = logging.getLogger(__name__)
@@ -78,28 +77,33 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                 "usage": _usage(answer), "ragbudget": _extension(answer, extras)}
     precheck(state, pq)
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> dict[str, str]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> bytes:
         payload = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": body.model,
                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **more}
-        return {"data": json.dumps(payload, default=str)}
+        return sse_bytes(None, payload)
 
-    async def events() -> AsyncIterator[dict[str, str]]:
+    async def events() -> AsyncIterator[bytes]:
         yield chunk({"role": "assistant", "content": ""})
         try:
-            async for ev, extras in answer_stream(state, pq):
-                if isinstance(ev, TokenEvent):
-                    yield chunk({"content": ev.text})
-                elif isinstance(ev, FinalEvent):
-                    a = ev.answer
-                    yield chunk({}, "length" if a.partial else "stop", usage=_usage(a),
-                                ragbudget=_extension(a, extras))
+            # every event that is ready goes out in one write (one chunk object per token, as OpenAI sends)
+            async for batch in answer_stream_chunks(state, pq):
+                out = []
+                for ev, extras in batch:
+                    if isinstance(ev, TokenEvent):
+                        out.append(chunk({"content": ev.text}))
+                    elif isinstance(ev, FinalEvent):
+                        a = ev.answer
+                        out.append(chunk({}, "length" if a.partial else "stop", usage=_usage(a),
+                                         ragbudget=_extension(a, extras)))
+                if out:
+                    yield b"".join(out)
         except RagBudgetError as err:
             _, payload, _ = rag_error_payload(err)
-            yield {"data": json.dumps(payload)}
+            yield sse_bytes(None, payload)
         except Exception as err:  # noqa: BLE001 - the status line is sent; report in-band, never hang
             log.exception("stream failed")
             payload = error_body("internal_error", f"{type(err).__name__}: {err}", "this is a bug; please report it")
-            yield {"data": json.dumps(payload)}
-        yield {"data": "[DONE]"}
+            yield sse_bytes(None, payload)
+        yield sse_bytes(None, "[DONE]")
 
     return EventSourceResponse(events(), send_timeout=SSE_SEND_TIMEOUT_S)

@@ -7,7 +7,6 @@ level), or ``error`` ({error: {type, message, fix}}) if the stream fails after i
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, AsyncIterator
 
@@ -19,7 +18,7 @@ from ..errors import RagBudgetError
 from ..types import Message
 from .auth import current_tenant, get_state
 from .errors import error_body, rag_error_payload
-from .run import answer_once, answer_stream, event_payload, precheck, prepare
+from .run import answer_once, answer_stream_chunks, event_payload, precheck, prepare, sse_bytes
 from .schemas import QueryRequest
 
 log = logging.getLogger(__name__)
@@ -39,17 +38,17 @@ async def query(body: QueryRequest, request: Request, tenant: TenantConfig = Dep
     # Fail fast with a real 429 status before the stream starts when the request cannot be admitted now.
     precheck(state, pq)
 
-    async def events() -> AsyncIterator[dict[str, str]]:
+    async def events() -> AsyncIterator[bytes]:
         try:
-            async for ev, extras in answer_stream(state, pq):
-                name, data = event_payload(ev, extras)
-                yield {"event": name, "data": json.dumps(data, default=str)}
+            # every event that is ready goes out in one write: a burst of tokens costs one send, not one each
+            async for batch in answer_stream_chunks(state, pq):
+                yield b"".join(sse_bytes(*event_payload(ev, extras)) for ev, extras in batch)
         except RagBudgetError as err:
             _, payload, _ = rag_error_payload(err)
-            yield {"event": "error", "data": json.dumps(payload)}
+            yield sse_bytes("error", payload)
         except Exception as err:  # noqa: BLE001 - the status line is sent; report in-band, never hang
             log.exception("stream failed")
             payload = error_body("internal_error", f"{type(err).__name__}: {err}", "this is a bug; please report it")
-            yield {"event": "error", "data": json.dumps(payload)}
+            yield sse_bytes("error", payload)
 
     return EventSourceResponse(events(), send_timeout=SSE_SEND_TIMEOUT_S, ping=15)

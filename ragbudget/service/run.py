@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
+
+from sse_starlette.event import ServerSentEvent
 
 from ..config import TenantConfig
 from ..errors import AdmissionError
@@ -132,27 +134,32 @@ async def answer_once(state: ServiceState, pq: PreparedQuery) -> tuple[Answer, d
     return answer, _extras(answer, pq, wait_ms, level)
 
 
-async def answer_stream(state: ServiceState, pq: PreparedQuery
-                        ) -> AsyncIterator[tuple[StreamEvent, dict[str, Any]]]:
-    """Admit, then yield the pipeline's events. Closing this generator (client gone) closes the
-    pipeline's stream, which cancels generation, and gives the admission slot back."""
+async def answer_stream_chunks(state: ServiceState, pq: PreparedQuery
+                               ) -> AsyncIterator[list[tuple[StreamEvent, dict[str, Any]]]]:
+    """Admit, then yield the pipeline's events as they become ready, a list at a time (see
+    :meth:`RAG.astream_chunks`): a route writes each list as one chunk. Closing this generator (client
+    gone) closes the pipeline's stream, which cancels generation, and gives the admission slot back."""
     rag = require_rag(state)
     t0 = time.perf_counter()
     ttft_ms = None
     async with admitted(state, pq) as (level, wait_ms):
-        yield ProgressEvent("admitted", f"degrade level {level}, queued {wait_ms:.0f} ms"), {}
-        stream = rag.astream(pq.question, **pq.kwargs(level))
-        if inspect.isawaitable(stream):
-            stream = await stream
-        async with contextlib.aclosing(stream) as events:
-            async for ev in events:
-                if ttft_ms is None and isinstance(ev, (TokenEvent, FinalEvent)):
-                    ttft_ms = (time.perf_counter() - t0) * 1000
-                    state.admission.record_ttft(ttft_ms)
-                if isinstance(ev, FinalEvent):
-                    yield ev, _extras(ev.answer, pq, wait_ms, level, ttft_ms)
-                else:
-                    yield ev, {}
+        yield [(ProgressEvent("admitted", f"degrade level {level}, queued {wait_ms:.0f} ms"), {})]
+        async with contextlib.aclosing(rag.astream_chunks(pq.question, **pq.kwargs(level))) as chunks:
+            async for chunk in chunks:
+                out: list[tuple[StreamEvent, dict[str, Any]]] = []
+                for ev in chunk:
+                    if ttft_ms is None and isinstance(ev, (TokenEvent, FinalEvent)):
+                        ttft_ms = (time.perf_counter() - t0) * 1000
+                        state.admission.record_ttft(ttft_ms)
+                    extras = _extras(ev.answer, pq, wait_ms, level, ttft_ms) if isinstance(ev, FinalEvent) else {}
+                    out.append((ev, extras))
+                yield out
+
+
+def sse_bytes(event: str | None, data: Any) -> bytes:
+    """One Server-Sent Event, encoded (``data`` JSON-encoded unless it is already a string)."""
+    text = data if isinstance(data, str) else json.dumps(data, default=str)
+    return ServerSentEvent(data=text, event=event).encode()
 
 
 def event_payload(ev: StreamEvent, extras: dict[str, Any]) -> tuple[str, dict[str, Any]]:
