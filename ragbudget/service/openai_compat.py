@@ -8,6 +8,7 @@ a ``ragbudget`` object (citations, ledger, route, cache layer, degrade level).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -86,17 +87,18 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         yield chunk({"role": "assistant", "content": ""})
         try:
             # every event that is ready goes out in one write (one chunk object per token, as OpenAI sends)
-            async for batch in answer_stream_chunks(state, pq):
-                out = []
-                for ev, extras in batch:
-                    if isinstance(ev, TokenEvent):
-                        out.append(chunk({"content": ev.text}))
-                    elif isinstance(ev, FinalEvent):
-                        a = ev.answer
-                        out.append(chunk({}, "length" if a.partial else "stop", usage=_usage(a),
-                                         ragbudget=_extension(a, extras)))
-                if out:
-                    yield b"".join(out)
+            async with contextlib.aclosing(answer_stream_chunks(state, pq)) as batches:  # client gone: close now
+                async for batch in batches:
+                    out = []
+                    for ev, extras in batch:
+                        if isinstance(ev, TokenEvent):
+                            out.append(chunk({"content": ev.text}))
+                        elif isinstance(ev, FinalEvent):
+                            a = ev.answer
+                            out.append(chunk({}, "length" if a.partial else "stop", usage=_usage(a),
+                                             ragbudget=_extension(a, extras)))
+                    if out:
+                        yield b"".join(out)
         except RagBudgetError as err:
             _, payload, _ = rag_error_payload(err)
             yield sse_bytes(None, payload)

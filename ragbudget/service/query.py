@@ -7,6 +7,7 @@ level), or ``error`` ({error: {type, message, fix}}) if the stream fails after i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, AsyncIterator
 
@@ -41,8 +42,9 @@ async def query(body: QueryRequest, request: Request, tenant: TenantConfig = Dep
     async def events() -> AsyncIterator[bytes]:
         try:
             # every event that is ready goes out in one write: a burst of tokens costs one send, not one each
-            async for batch in answer_stream_chunks(state, pq):
-                yield b"".join(sse_bytes(*event_payload(ev, extras)) for ev, extras in batch)
+            async with contextlib.aclosing(answer_stream_chunks(state, pq)) as batches:  # client gone: close now
+                async for batch in batches:
+                    yield b"".join(sse_bytes(*event_payload(ev, extras)) for ev, extras in batch)
         except RagBudgetError as err:
             _, payload, _ = rag_error_payload(err)
             yield sse_bytes("error", payload)
