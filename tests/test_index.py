@@ -13,7 +13,7 @@ import pytest
 from ragbudget.config import BM25Config, Config, FaissConfig
 from ragbudget import RAG
 from ragbudget.embed import SentenceTransformerEmbedder
-from ragbudget.errors import IndexBusyError, IndexMismatchError, IndexNotFoundError
+from ragbudget.errors import IndexBusyError, IndexMismatchError, IndexNotFoundError, IngestError
 from ragbudget.index import Analyzer, DenseIndex, HybridIndex, SparseIndex, ingest_path
 from ragbudget.index.lock import lock_path
 
@@ -198,3 +198,11 @@ def test_two_writers_of_one_index_lose_nothing(tmp_path: Path, cfg: Config,
     idx = HybridIndex.load("kb", cfg, model_id=real_embedder.model_id)
     assert {c.doc_id for c in idx.store} == {r["id"] for b in batches for r in b}
     assert not lock_path(HybridIndex.path_for("kb", cfg)).read_text()  # no holder left behind
+
+
+def test_unwritable_index_dir_is_a_clear_error(tmp_path: Path, cfg: Config, embedder: CountingEmbedder) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the index folder should be")
+    bad = cfg.with_overrides({"index.dir": str(blocker / "indexes")})
+    with pytest.raises(IngestError, match="cannot write to the index folder"):
+        ingest_path(corpus(tmp_path / "docs"), "kb", bad, embedder)

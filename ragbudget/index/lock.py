@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import IndexBusyError
+from ..errors import IndexBusyError, IngestError
 
 try:
     import fcntl
@@ -40,11 +40,17 @@ def index_write_lock(folder: str | os.PathLike[str], timeout_s: float,
     """Hold the writer lock of the index in ``folder`` for the body; wait at most ``timeout_s`` for it."""
     path = lock_path(folder)
     name = Path(folder).name
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+", encoding="utf-8")
+    except OSError as err:
+        raise IngestError(f"cannot write to the index folder {path.parent}: {err.strerror or err}",
+                          fix="check index.dir and its permissions (the index needs a writable folder)") from None
     if fcntl is None:  # pragma: no cover
-        yield
+        with f:
+            yield
         return
-    with open(path, "a+", encoding="utf-8") as f:
+    with f:
         deadline = time.monotonic() + timeout_s
         told = False
         while True:
