@@ -61,9 +61,9 @@ class Phase:
         e2e = sorted(r.e2e_ms for r in ok)
         levels = [r.degrade_level for r in ok if r.degrade_level is not None]
         waits = sorted(r.queue_wait_ms for r in ok if r.queue_wait_ms is not None)
-        # TTFT minus the time spent queued: what the request cost once it had a slot
         server_ttft = sorted(r.server_ttft_ms for r in ok if r.server_ttft_ms is not None)
         pipeline = sorted(r.pipeline_ms for r in ok if r.pipeline_ms is not None)
+        # TTFT minus the time spent queued: what the request cost once it had a slot
         service = sorted(r.ttft_ms - (r.queue_wait_ms or 0.0) for r in ok)  # type: ignore[operator]
         return {
             "phase": self.name, "offered_rps": round(self.offered_rps, 2), "sent": len(self.results),
@@ -285,7 +285,8 @@ def run(n_docs: int, duration_s: float, slots: int, server_cpus: set[int] | None
         return {"docs": n_docs, "slots": slots, "sustainable_rps": round(sustainable, 2),
                 "slo_ttft_p95_ms": round(slo_ttft, 1),
                 "queue_timeout_ms": round(queue_timeout_s * 1000, 1),
-                "server_cpus": sorted(server_cpus or []), "client_cpus": sorted(client_cpus or []), "phases": [p.summary() for p in phases],
+                "server_cpus": sorted(server_cpus or []), "client_cpus": sorted(client_cpus or []),
+                "phases": [p.summary() for p in phases],
                 "batch_during_last_phase": {"finished": batch.get("detail", {}).get("finished"),
                                             "total": batch.get("detail", {}).get("total")}}
 
