@@ -25,6 +25,7 @@ import numpy as np
 
 from ..config import Config
 from ..pipeline import RAG
+from .traffic import load_questions
 
 
 def _pcts(values: list[float]) -> dict[str, float]:
@@ -33,10 +34,14 @@ def _pcts(values: list[float]) -> dict[str, float]:
             "p99": float(np.percentile(a, 99)), "mean": float(a.mean())}
 
 
+def _questions(folder: Path, n: int) -> list[str]:
+    """The first ``n`` distinct questions of an answers folder."""
+    return list(dict.fromkeys(load_questions(folder)))[:n]
+
+
 def run(folder: str | Path, n: int = 100, config: Config | None = None) -> dict[str, Any]:
     folder = Path(folder)
-    questions = [json.loads(x)["text"] for x in (folder / "questions.jsonl").read_text().splitlines() if x.strip()]
-    questions = list(dict.fromkeys(q.strip() for q in questions if q.strip()))[:n]
+    questions = _questions(folder, n)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = (config or Config()).with_overrides({"index.dir": tmp})
         rag = RAG(cfg, index="bench")
@@ -70,8 +75,7 @@ def compare_modes(folder: str | Path, n: int = 100, modes: tuple[str, ...] = ("c
                   config: Config | None = None) -> dict[str, Any]:
     """Prompt and completion tokens per response mode on the same questions (response cache off)."""
     folder = Path(folder)
-    questions = [json.loads(x)["text"] for x in (folder / "questions.jsonl").read_text().splitlines() if x.strip()]
-    questions = list(dict.fromkeys(q.strip() for q in questions if q.strip()))[:n]
+    questions = _questions(folder, n)
     out: dict[str, Any] = {"questions": len(questions)}
     with tempfile.TemporaryDirectory() as tmp:
         cfg = (config or Config()).with_overrides({"index.dir": tmp, "cache.response": False})
@@ -99,8 +103,7 @@ def compare_count_cache(folder: str | Path, n: int = 100, config: Config | None 
     """Fresh answers with the token-count memo on and off (``tokenizer.count_cache_entries``), one index,
     the same questions interleaved so both see the same machine load; response and retrieval caches off."""
     folder = Path(folder)
-    questions = [json.loads(x)["text"] for x in (folder / "questions.jsonl").read_text().splitlines() if x.strip()]
-    questions = list(dict.fromkeys(q.strip() for q in questions if q.strip()))[:n]
+    questions = _questions(folder, n)
     with tempfile.TemporaryDirectory() as tmp:
         base = (config or Config()).with_overrides({"index.dir": tmp, "cache.response": False,
                                                     "cache.retrieval": False})
@@ -136,12 +139,12 @@ def gc_pause(folder: str | Path, n: int = 20, repeats: int = 3) -> dict[str, Any
     """How long one full cyclic garbage collection stalls a process holding the models and an index,
     before and after :func:`gc.freeze` (what ``ragbudget serve`` does after start-up)."""
     folder = Path(folder)
-    questions = [json.loads(x)["text"] for x in (folder / "questions.jsonl").read_text().splitlines() if x.strip()]
+    questions = _questions(folder, n)
     with tempfile.TemporaryDirectory() as tmp:
         rag = RAG((Config()).with_overrides({"index.dir": tmp}), index="bench")
         rag.ingest(folder / "corpus.jsonl")
         rag.warm_up()
-        for q in questions[:n]:
+        for q in questions:
             rag.query(q)
 
         def full_ms() -> list[float]:
