@@ -16,7 +16,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator
 
 from ..errors import IndexBusyError, IngestError
 
@@ -69,16 +69,19 @@ def index_write_lock(folder: str | os.PathLike[str], timeout_s: float,
                     told = True
                 time.sleep(POLL_S)
         try:
-            f.seek(0)
-            f.truncate()
-            f.write(str(os.getpid()))
-            f.flush()
+            _record(f, str(os.getpid()))
             yield
         finally:
-            f.seek(0)
-            f.truncate()
-            f.flush()
+            _record(f, "")
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _record(f: IO[str], holder: str) -> None:
+    """Replace the lock file's content (the holder's pid, or nothing once released)."""
+    f.seek(0)
+    f.truncate()
+    f.write(holder)
+    f.flush()
 
 
 def _holder(path: Path) -> str:

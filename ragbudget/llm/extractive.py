@@ -171,13 +171,14 @@ class ExtractiveGenerator(BaseGenerator):
             parts: list[str] = []
             budget = max_tokens - self.tokenizer.count(self.label)
             for sent, num, _ in picked:
-                piece = f"{' '.join(sent.split())} [{num}]"  # source line breaks are not answer structure
+                flat = " ".join(sent.split())  # source line breaks are not answer structure
+                piece = f"{flat} [{num}]"
                 cost = self.tokenizer.count(piece + " ")
                 if parts and cost > budget:
                     break
                 if cost > budget:  # the best sentence alone is over max_tokens: cut it, keep its citation
                     cite = f"… [{num}]"
-                    head = self.tokenizer.truncate(' '.join(sent.split()), budget - self.tokenizer.count(cite) - 1)
+                    head = self.tokenizer.truncate(flat, budget - self.tokenizer.count(cite) - 1)
                     cut = self.label + f"{head.rstrip()}{cite}"
                     if self.tokenizer.count(cut) <= max_tokens:
                         return cut, True
