@@ -163,8 +163,18 @@ class TrimConfig(_Section):
     sentence_selection: bool = True
     order: Literal["relevance", "edges"] = "relevance"
     min_sentence_score: float = 0.0
-    # sentence score = w × sentence relevance + (1 − w) × its chunk's relevance (both min-max scaled)
-    sentence_weight: float = Field(0.5, ge=0, le=1)
+    # sentence score = sentence_weight × cosine(question, sentence) + lexical_weight × the share of the
+    # question's term weight (BM25 idf) the sentence holds + rank_prior / (1 + chunk rank / 3)
+    sentence_weight: float = Field(1.0, ge=0, le=4)
+    lexical_weight: float = Field(1.0, ge=0, le=4)
+    rank_prior: float = Field(0.3, ge=0, le=4)
+    # A budget is a ceiling: stop adding sentences once the next one scores under evidence_floor × the best
+    # one (0 fills the budget). Sentences within window_floor × best bring their neighbours (sentence_window
+    # on each side) so a pronoun's referent comes along.
+    adaptive: bool = True
+    evidence_floor: float = Field(0.6, ge=0, le=1)
+    sentence_window: int = Field(1, ge=0, le=5)
+    window_floor: float = Field(0.9, ge=0, le=1)
     history_recent_turns: int = Field(4, ge=0)
     history_compression: Literal["extractive", "llm", "none"] = "extractive"
     # share of the history budget that compressed older turns may take (the rest keeps recent turns verbatim)

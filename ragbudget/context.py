@@ -19,7 +19,7 @@ from .prompt import DATA_NOTICE, build_prompt, doc_header, static_prefix
 from .rerank import Reranker
 from .rerank import rerank as rerank_items
 from .tokens import Tokenizer
-from .trim import SentencePlan
+from .trim import SentencePlan, TermsFn, WeightsFn
 from .types import Allocation, Ledger, Prompt, Scored
 
 
@@ -51,14 +51,16 @@ class ContextBuilder:
               mode: str | None = None, window: int | None = None, *, output_limit: int | None = None,
               timestamp: str | None = None, ledger: Ledger | None = None, max_tokens: int | None = None,
               rerank: bool = True, retrieved_scale: float = 1.0,
-              timings: dict[str, float] | None = None) -> BuiltContext:
+              timings: dict[str, float] | None = None, terms: TermsFn | None = None,
+              term_weights: WeightsFn | None = None) -> BuiltContext:
         """Assemble the prompt for one request.
 
         ``window``: the target model's context window (default ``budget.context_window``);
         ``max_tokens``: requested output tokens (default the mode's), clamped to the output section and
         ``output_limit``; ``rerank=False`` skips reranking and sentence scoring (degraded mode);
         ``retrieved_scale`` shrinks the retrieved budget (e.g. 0.5 under load); ``timings`` receives ms for
-        ``rerank``, ``trim``, ``prompt``.
+        ``rerank``, ``trim``, ``prompt``; ``terms`` / ``term_weights``: the index's analyzer and idf for
+        the lexical part of sentence scores (default: the BM25 analyzer, idf over the candidates).
         """
         cfg = self.config
         timings = timings if timings is not None else {}
@@ -86,7 +88,7 @@ class ContextBuilder:
         for name in SECTIONS:
             ledger.section(name, getattr(alloc, name))
         s = ledger.section("system", alloc.system)
-        s.budget, s.used, s.items_in = alloc.system, sys_used, 1
+        s.budget, s.used, s.items_in, s.stop = alloc.system, sys_used, 1, "exhausted"
         # question: never dropped, truncated when over its budget
         qs = ledger.section("question", alloc.question)
         qs.budget = alloc.question
@@ -99,11 +101,13 @@ class ContextBuilder:
             qs.notes.append(f"question truncated from {q_tokens} to {alloc.question} tokens")
             q_tokens = self.tokenizer.count(question) + 4
         qs.used, qs.items_in = q_tokens, 1
+        qs.stop = "budget" if "question_truncated" in ledger.flags else "exhausted"
         # history
         hist = fit_history(history, alloc.history, self.tokenizer, cfg.trim, query=question,
                            summarize=self.summarize)
         hs = ledger.section("history", alloc.history)
         hs.budget, hs.used, hs.items_in = alloc.history, hist.used, len(hist.messages)
+        hs.stop = "budget" if hist.dropped or hist.compressed else "exhausted"
         hs.dropped.extend(hist.dropped)
         hs.compressed.extend(hist.compressed)
         hs.notes.extend(hist.notes)
@@ -119,8 +123,12 @@ class ContextBuilder:
             if ranked.kept else 0
         room = max(alloc.retrieved - self._docs_overhead, 0)
         t0 = time.perf_counter()
-        plan = SentencePlan.build(question, ranked.kept, self.tokenizer, scorer, cfg.trim)
+        plan = SentencePlan.build(question, ranked.kept, self.tokenizer, scorer, cfg.trim, terms=terms,
+                                  term_weights=term_weights)
         trimmed = plan.pack(room, cfg.trim, self.tokenizer, overhead_per_chunk=overhead)
+        rs.stop = trimmed.stop
+        if trimmed.stop_note:
+            rs.notes.append(trimmed.stop_note)
         timings["trim"] = (time.perf_counter() - t0) * 1000
         rs.dropped.extend(trimmed.dropped)
         rs.compressed.extend(trimmed.compressed)
@@ -132,6 +140,7 @@ class ContextBuilder:
         rs.items_in = len(trimmed.kept)
         os_ = ledger.section("output", alloc.output)
         os_.budget, os_.notes = alloc.output, [f"mode {mode!r}: max_tokens {alloc.output}"]
+        os_.stop = "cap"
         ledger.prompt.update({"fingerprint": prompt.prefix_fingerprint,
                               "static_prefix_tokens": prompt.static_prefix_tokens,
                               "total_tokens": prompt.total_tokens, "version": cfg.prompt.version,

@@ -281,7 +281,8 @@ class RAG:
         built = self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens,
                                    rerank=degrade_level < DEGRADE_NO_RERANK,
                                    retrieved_scale=0.5 if degrade_level >= DEGRADE_SMALLER_CONTEXT else 1.0,
-                                   ledger=ledger, timings=timings.stages)
+                                   ledger=ledger, timings=timings.stages, terms=loaded.index.sparse.analyzer.terms,
+                                   term_weights=loaded.index.sparse.idf)
         timings.stages["context"] = _ms(t0)
 
         # 5. route and generate, streaming
@@ -289,6 +290,7 @@ class RAG:
 
         def refit(window: int):  # the router re-fits the context to a smaller window on fallback
             return self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens, window=window,
+                                      terms=loaded.index.sparse.analyzer.terms, term_weights=loaded.index.sparse.idf,
                                       rerank=degrade_level < DEGRADE_NO_RERANK, ledger=Ledger()).prompt
 
         t0 = time.perf_counter()

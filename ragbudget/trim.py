@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 
-from .config import TrimConfig
+from .config import BM25Config, TrimConfig
+from .index.sparse import Analyzer
 from .rerank import Reranker
 from .tokens import Tokenizer
 from .types import Scored
@@ -68,17 +69,27 @@ def _split_sentences(text: str) -> list[str]:
 
 @dataclass
 class TrimResult:
-    """Chunks as they go into the prompt (text possibly reduced), plus what was dropped or compressed."""
+    """Chunks as they go into the prompt (text possibly reduced), plus what was dropped or compressed.
+
+    ``stop`` says why packing stopped: ``evidence`` (the next sentence scored under the evidence floor),
+    ``budget`` (the next sentence did not fit), ``exhausted`` (every candidate sentence is in) or ``empty``.
+    """
 
     kept: list[Scored]
     used: int
     dropped: list[dict[str, Any]] = field(default_factory=list)
     compressed: list[dict[str, Any]] = field(default_factory=list)
+    stop: str = "exhausted"
+    stop_note: str = ""
+
+
+TermsFn = Callable[[str], Sequence[str]]
+WeightsFn = Callable[[Sequence[str]], Mapping[str, float]]
 
 
 @dataclass
 class SentencePlan:
-    """Sentences of the candidate chunks with their token counts and combined scores."""
+    """Sentences of the candidate chunks with their token counts and evidence scores."""
 
     items: list[Scored]
     sentences: list[list[str]]
@@ -88,71 +99,117 @@ class SentencePlan:
 
     @classmethod
     def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
-              scorer: Reranker | None, cfg: TrimConfig) -> "SentencePlan":
-        """Split and score. Chunk relevance is each item's ``score``, min-max normalised over the list;
-        sentence relevance comes from ``scorer`` (None: sentences inherit their chunk's score)."""
+              scorer: Reranker | None, cfg: TrimConfig, *, terms: TermsFn | None = None,
+              term_weights: WeightsFn | None = None) -> "SentencePlan":
+        """Split and score every sentence of ``items`` (best-first candidates).
+
+        A sentence's evidence score adds three signals: its cosine with the question (``scorer``; without
+        one, its chunk's min-max scaled score stands in), the share of the question's term weight it holds
+        (``terms`` analyses text into index terms; ``term_weights`` gives each term its idf, by default
+        computed over the candidates themselves) and a prior for the rank of its chunk in retrieval order.
+        """
         items = list(items)
         sents = [split_sentences(_text_of(s)) for s in items]
         flat = [x for ss in sents for x in ss]
         counts = tokenizer.count_many(flat) if flat else []
-        chunk_rel = _minmax([s.score for s in items])
         if scorer is not None and flat and cfg.sentence_weight > 0:
-            sent_rel = _minmax(list(np.asarray(scorer.score(query, flat), dtype=float)))
+            dense = [float(v) for v in np.asarray(scorer.score(query, flat), dtype=float)]
         else:
-            sent_rel = [0.0] * len(flat)
-        w = cfg.sentence_weight if scorer is not None else 0.0
+            chunk_rel = _minmax([s.score for s in items])
+            dense = [0.5 * chunk_rel[ci] for ci, ss in enumerate(sents) for _ in ss]
+        lex = _lexical(query, sents, terms or _default_terms(), term_weights)
+        order = _retrieval_ranks(items)
         tokens, scores, k = [], [], 0
         for ci, ss in enumerate(sents):
+            prior = cfg.rank_prior / (1.0 + order[ci] / 3.0)
             tokens.append(list(counts[k:k + len(ss)]))
-            scores.append([w * sent_rel[k + j] + (1 - w) * chunk_rel[ci] for j in range(len(ss))])
+            scores.append([cfg.sentence_weight * dense[k + j] + cfg.lexical_weight * lex[k + j] + prior
+                           for j in range(len(ss))])
             k += len(ss)
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens)
 
     def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
              overhead_per_chunk: int = 0) -> TrimResult:
-        """Choose sentences for ``budget`` tokens (counting ``overhead_per_chunk`` for each chunk used,
-        e.g. its citation header, and one separator token between pieces)."""
+        """Choose sentences for at most ``budget`` tokens (counting ``overhead_per_chunk`` for each chunk
+        used, e.g. its citation header, and one separator token between pieces).
+
+        Sentences go in best first; with ``cfg.adaptive`` packing stops at the first one scoring under
+        ``cfg.evidence_floor`` × the best score, so a question whose evidence is one sentence gets one
+        sentence (and its neighbours) however large the budget. The same sentence repeated in overlapping
+        chunks is taken once.
+        """
         budget = max(int(budget), 0)
         if not cfg.sentence_selection:
             return self._pack_whole(budget, cfg, overhead_per_chunk)
         cand = [(sc, ci, j) for ci, row in enumerate(self.scores) for j, sc in enumerate(row)
                 if sc >= cfg.min_sentence_score]
         cand.sort(key=lambda t: (-t[0], t[1], t[2]))
+        if not cand:
+            return self._result({}, 0, cfg, set(), stop="empty")
+        best = cand[0][0]
+        floor = cfg.evidence_floor * best if cfg.adaptive else -np.inf
+        wfloor = cfg.window_floor * best
         chosen: dict[int, dict[int, str]] = {}
+        seen: set[str] = set()
         used = 0
         truncated: set[int] = set()
-        for _, ci, j in cand:
-            cost = self.tokens[ci][j] + 1 + (overhead_per_chunk if ci not in chosen else 0)
-            if used + cost <= budget:
-                chosen.setdefault(ci, {})[j] = self.sentences[ci][j]
-                used += cost
-            elif not chosen and self.tokens[ci][j] + 1 + overhead_per_chunk > budget:
-                # the best sentence alone exceeds the whole budget: the one case where we cut a sentence
-                room = budget - used - 1 - overhead_per_chunk
-                if room >= MIN_TRUNCATED_TOKENS:
-                    chosen[ci] = {j: tokenizer.truncate(self.sentences[ci][j], room)}
-                    used += room + 1 + overhead_per_chunk
-                    truncated.add(ci)
-        return self._result(chosen, used, cfg, truncated)
+        stop, note, skipped = "exhausted", "", 0
+        for sc, ci, j in cand:
+            if used and sc < floor:
+                stop = "evidence"
+                note = (f"evidence ran out: next sentence scored {sc:.2f} < {cfg.evidence_floor:g} × best "
+                        f"{best:.2f}")
+                break
+            w = cfg.sentence_window if sc >= wfloor else 0
+            n = len(self.sentences[ci])
+            for jj in [j] + [x for x in range(j - w, j + w + 1) if x != j and 0 <= x < n]:
+                text = self.sentences[ci][jj]
+                key = " ".join(text.split()).lower()
+                if key in seen:
+                    continue
+                cost = self.tokens[ci][jj] + 1 + (overhead_per_chunk if ci not in chosen else 0)
+                if used + cost <= budget:
+                    chosen.setdefault(ci, {})[jj] = text
+                    seen.add(key)
+                    used += cost
+                elif jj == j and not chosen and cost > budget:
+                    # the best sentence alone exceeds the whole budget: the one case where we cut a sentence
+                    room = budget - used - 1 - overhead_per_chunk
+                    if room >= MIN_TRUNCATED_TOKENS:
+                        chosen[ci] = {j: tokenizer.truncate(text, room)}
+                        seen.add(key)
+                        used += room + 1 + overhead_per_chunk
+                        truncated.add(ci)
+                elif jj == j:
+                    skipped += 1
+        if stop == "exhausted" and skipped:
+            stop, note = "budget", f"budget full: {skipped} relevant sentences did not fit in {budget} tokens"
+        return self._result(chosen, used, cfg, truncated, stop=stop, note=note)
 
     def _pack_whole(self, budget: int, cfg: TrimConfig, overhead: int) -> TrimResult:
         chosen: dict[int, dict[int, str]] = {}
         used = 0
+        skipped = 0
         order = sorted(range(len(self.items)), key=lambda i: -self.items[i].score)
         for ci in order:
             cost = self.chunk_tokens[ci] + 1 + overhead
             if self.chunk_tokens[ci] and used + cost <= budget:
                 chosen[ci] = dict(enumerate(self.sentences[ci]))
                 used += cost
-        return self._result(chosen, used, cfg, set(), whole=True)
+            elif self.chunk_tokens[ci]:
+                skipped += 1
+        stop = "budget" if skipped else "exhausted"
+        note = f"budget full: {skipped} chunks did not fit in {budget} tokens" if skipped else ""
+        return self._result(chosen, used, cfg, set(), whole=True, stop=stop, note=note)
 
     def _result(self, chosen: dict[int, dict[int, str]], used: int, cfg: TrimConfig,
-                truncated: set[int], whole: bool = False) -> TrimResult:
+                truncated: set[int], whole: bool = False, stop: str = "exhausted", note: str = "") -> TrimResult:
         dropped, compressed, kept_pairs = [], [], []
         for ci, s in enumerate(self.items):
             if ci not in chosen:
-                reason = "empty" if not self.sentences[ci] else "over budget"
+                reason = "empty" if not self.sentences[ci] else ("below evidence floor" if stop == "evidence"
+                                                                 else "over budget")
                 dropped.append({"chunk_id": s.chunk.id, "reason": reason, "tokens": self.chunk_tokens[ci]})
                 continue
             picks = chosen[ci]
@@ -177,7 +234,41 @@ class SentencePlan:
             kept_pairs.append((best, ci, replace(s, chunk=chunk)))
         kept_pairs.sort(key=lambda t: (-t[0], t[1]))
         kept = order_context([p[2] for p in kept_pairs], cfg.order)
-        return TrimResult(kept=kept, used=used, dropped=dropped, compressed=compressed)
+        return TrimResult(kept=kept, used=used, dropped=dropped, compressed=compressed, stop=stop, stop_note=note)
+
+
+@lru_cache(maxsize=1)
+def _default_terms() -> TermsFn:
+    """The BM25 analyzer with default settings (memoised): the terms a default sparse index matches."""
+    return Analyzer(BM25Config()).terms
+
+
+def _lexical(query: str, sents: list[list[str]], terms: TermsFn, weights: WeightsFn | None) -> list[float]:
+    """Per sentence, the share of the question's term weight it contains (0 … 1)."""
+    q = list(dict.fromkeys(terms(query)))
+    flat = [x for ss in sents for x in ss]
+    if not q or not flat:
+        return [0.0] * len(flat)
+    sets = [set(terms(x)) for x in flat]
+    if weights is not None:
+        w = {t: max(float(v), 0.0) for t, v in weights(q).items()}
+    else:  # idf over the candidate chunks themselves
+        chunk_sets = [set(terms(" ".join(ss))) for ss in sents]
+        n = len(chunk_sets)
+        w = {t: float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
+             for t in q for df in [sum(1 for cs in chunk_sets if t in cs)]}
+    total = sum(w.get(t, 0.0) for t in q)
+    if total <= 0:
+        return [0.0] * len(flat)
+    return [sum(w.get(t, 0.0) for t in q if t in st) / total for st in sets]
+
+
+def _retrieval_ranks(items: Sequence[Scored]) -> list[int]:
+    """Rank of each item in retrieval (fused) order when known, else in list order."""
+    if items and all(s.fused_score is not None for s in items):
+        order = sorted(range(len(items)), key=lambda i: (-float(items[i].fused_score or 0.0), i))
+        return [order.index(i) for i in range(len(items))]
+    return list(range(len(items)))
 
 
 def order_context(items: list[Scored], order: str) -> list[Scored]:

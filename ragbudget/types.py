@@ -115,6 +115,9 @@ class SectionLedger:
     dropped: list[dict[str, Any]] = field(default_factory=list)
     compressed: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # why the section holds what it holds, e.g. "evidence" (retrieved: the evidence ran out before the
+    # budget), "budget" (the budget was full), "exhausted" (everything available fit), "cap" (output)
+    stop: str = ""
 
 
 @dataclass
@@ -161,10 +164,10 @@ class Ledger:
     def _repr_html_(self) -> str:
         rows = "".join(
             f"<tr><td>{n}</td><td>{s.budget}</td><td>{s.used}</td><td>{s.items_in}</td>"
-            f"<td>{len(s.dropped)}</td><td>{len(s.compressed)}</td></tr>"
+            f"<td>{len(s.dropped)}</td><td>{len(s.compressed)}</td><td>{s.stop}</td></tr>"
             for n, s in self.sections.items())
         return ("<table><tr><th>section</th><th>budget</th><th>used</th><th>items</th><th>dropped</th>"
-                f"<th>compressed</th></tr>{rows}</table><p>route: {self.route} · cache: {self.cache_layer}"
+                f"<th>compressed</th><th>stopped</th></tr>{rows}</table><p>route: {self.route} · cache: {self.cache_layer}"
                 f" · degrade level: {self.degrade_level}</p>")
 
 

@@ -44,7 +44,7 @@ def test_budget_respected_and_best_sentence_kept(scorer):
             orig = {"c0": PARIS, "c1": RIVER, "c2": BANANA}[s.chunk.id]
             assert part in orig
     assert any(c["chunk_id"] in ("c0", "c1") for c in r.compressed)
-    assert any(d["reason"] == "over budget" for d in r.dropped)
+    assert any(d["reason"] in ("over budget", "below evidence floor") for d in r.dropped)
 
 
 def test_sentences_go_before_whole_chunks(scorer):
@@ -72,3 +72,35 @@ def test_whole_chunk_mode_and_edges_order():
     r = trim_chunks("q", items(), 1000, TOK, None, TrimConfig(sentence_selection=False))
     assert [s.chunk.text for s in r.kept] == [PARIS, RIVER, BANANA]
     assert [x for x in order_context(list("abcde"), "edges")] == ["a", "c", "e", "d", "b"]
+
+
+def test_budget_is_a_ceiling_not_a_target(scorer):
+    """One sentence answers the question: a huge budget still sends about that sentence (and its
+    neighbours), and the result says the evidence ran out; without adaptive stopping it fills up."""
+    q = "How long is the Seine?"
+    frugal = trim_chunks(q, items(), 4000, TOK, scorer, TrimConfig())
+    full = trim_chunks(q, items(), 4000, TOK, scorer, TrimConfig(adaptive=False))
+    assert "777 kilometres" in " ".join(s.chunk.text for s in frugal.kept)
+    assert frugal.stop == "evidence" and "evidence ran out" in frugal.stop_note
+    assert full.stop == "exhausted"
+    assert frugal.used < full.used / 2
+    assert "c2" not in {s.chunk.id for s in frugal.kept}
+    assert any(d["chunk_id"] == "c2" and d["reason"] == "below evidence floor" for d in frugal.dropped)
+
+
+def test_window_brings_the_neighbour_of_the_best_sentence(scorer):
+    """'It is 777 kilometres long' needs 'The Seine flows through Paris' for its referent."""
+    r = trim_chunks("How many kilometres long is it?", items()[1:2], 4000, TOK, scorer,
+                    TrimConfig(sentence_window=1, window_floor=0.0, evidence_floor=1.0))
+    text = r.kept[0].chunk.text
+    assert "777 kilometres" in text and "The Seine flows through Paris" in text
+    alone = trim_chunks("How many kilometres long is it?", items()[1:2], 4000, TOK, scorer,
+                        TrimConfig(sentence_window=0, evidence_floor=1.0))
+    assert alone.kept[0].chunk.text.count(".") == 1
+
+
+def test_repeated_sentence_of_overlapping_chunks_is_sent_once(scorer):
+    a = Scored(Chunk(id="a", doc_id="d", text=RIVER), score=0.9)
+    b = Scored(Chunk(id="b", doc_id="d", text="It is 777 kilometres long. " + BANANA), score=0.8)
+    r = trim_chunks("How long is the Seine?", [a, b], 4000, TOK, scorer, TrimConfig(adaptive=False))
+    assert " ".join(s.chunk.text for s in r.kept).count("777 kilometres") == 1

@@ -117,14 +117,15 @@ def evaluate_answers(folder: str | Path, cfg: Config, embedder: Embedder, rerank
     questions = load_questions(folder, limit)
     index = build_index(folder, cfg, embedder)
     retriever = HybridRetriever(index, cfg.retrieval, embedder)
-    k = candidates or cfg.rerank.top_n
+    k = candidates or max(cfg.retrieval.top_k, cfg.rerank.top_n)  # what a request retrieves
     hits: dict[tuple[str, int], list[bool]] = {}
     toks: dict[tuple[str, int], list[int]] = {}
     try:
         for qi, q in enumerate(questions):
             found = retriever.retrieve(q["text"], k=k)
             ranked = rerank(q["text"], found, reranker, cfg.rerank).kept
-            plan = SentencePlan.build(q["text"], ranked, tok, reranker, cfg.trim)
+            plan = SentencePlan.build(q["text"], ranked, tok, reranker, cfg.trim,
+                                      terms=index.sparse.analyzer.terms, term_weights=index.sparse.idf)
             dense = retriever.retrieve(q["text"], k=k, mode="dense") if baseline else []
             for b in budgets:
                 res = plan.pack(b, cfg.trim, tok)

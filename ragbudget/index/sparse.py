@@ -38,6 +38,7 @@ class Analyzer:
         self.config = config
         self._stop = english_stopwords() if config.stopwords else frozenset()
         self._stem = config.stemmer == "english"
+        self._memo = lru_cache(maxsize=65536)(self._terms)
 
     def settings(self) -> dict[str, object]:
         return {"stemmer": self.config.stemmer, "stopwords": self.config.stopwords}
@@ -45,6 +46,14 @@ class Analyzer:
     def __call__(self, text: str) -> list[str]:
         toks = [t for t in _TOKEN.findall(text.lower()) if t not in self._stop]
         return stem_words(toks) if self._stem else toks
+
+    def _terms(self, text: str) -> tuple[str, ...]:
+        return tuple(self(text))
+
+    def terms(self, text: str) -> tuple[str, ...]:
+        """Like calling the analyzer, memoised per text: the query path analyses the same sentences of the
+        same chunks request after request (the context builder's lexical sentence scores)."""
+        return self._memo(text) if len(text) <= 4096 else self._terms(text)
 
 
 class SparseIndex:
@@ -80,6 +89,11 @@ class SparseIndex:
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(int(r), float(scores[r])) for r in top if scores[r] > 0]
+
+    def idf(self, terms: Sequence[str]) -> dict[str, float]:
+        """Inverse document frequency of analysed ``terms`` (0 for terms the index never saw)."""
+        table = self._bm25.idf if self._bm25 is not None else {}
+        return {t: max(float(table.get(t, 0.0)), 0.0) for t in terms}
 
     def save(self, folder: Path) -> None:
         (folder / "bm25_tokens.json").write_text(json.dumps(self.tokens), encoding="utf-8")
