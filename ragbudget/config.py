@@ -106,7 +106,7 @@ class IndexConfig(_Section):
 class RerankConfig(_Section):
     kind: Literal["bi-encoder", "cross-encoder", "none"] = "bi-encoder"
     model_path: str | None = None  # cross-encoder: a local folder
-    top_n: int = Field(20, ge=1)
+    top_n: int = Field(10, ge=1)
     mmr_lambda: float = Field(0.7, ge=0, le=1)  # 1.0 = pure relevance
     mmr_duplicate_threshold: float = Field(0.95, ge=0, le=1)
     cutoff: float | None = None  # chunks scoring below never reach the prompt
@@ -128,11 +128,13 @@ class BudgetConfig(_Section):
     context_window: int = Field(8192, ge=128)
     system: SectionBudget = SectionBudget(cap=512)
     history: SectionBudget = SectionBudget(cap=1024)
-    retrieved: SectionBudget = SectionBudget(cap=1200)
+    retrieved: SectionBudget = SectionBudget(cap=1000)
     question: SectionBudget = SectionBudget(cap=256)
     output: SectionBudget = SectionBudget(cap=512)
     # Lending: unused budget of the first section flows to the second, in order.
-    lend: list[tuple[str, str]] = [("history", "retrieved"), ("question", "retrieved")]
+    # Unused budget is lent along these (lender, borrower) pairs. None by default: a budget is a ceiling,
+    # and lending unused history to the retrieved section would only make the prompt longer.
+    lend: list[tuple[str, str]] = []
     strict: bool = False  # True: a question over its budget is an error, not a truncation
     safety_margin: int = Field(16, ge=0)  # chat-template overhead per request
 
@@ -172,7 +174,7 @@ class TrimConfig(_Section):
     # one (0 fills the budget). Sentences within window_floor × best bring their neighbours (sentence_window
     # on each side) so a pronoun's referent comes along.
     adaptive: bool = True
-    evidence_floor: float = Field(0.6, ge=0, le=1)
+    evidence_floor: float = Field(0.65, ge=0, le=1)
     sentence_window: int = Field(1, ge=0, le=5)
     window_floor: float = Field(0.9, ge=0, le=1)
     history_recent_turns: int = Field(4, ge=0)
@@ -238,6 +240,10 @@ class TierConfig(_Section):
     n_ctx: int | None = None  # llamacpp: context size to allocate
     n_threads: int | None = None
     kv: KVSpecConfig | None = None  # KV-cache shape; `ragbudget info` shows max concurrency × context
+    # How this tier's engine counts prompt tokens, for its window check: auto (llama.cpp's own tokenizer
+    # and chat template; tiktoken for OpenAI model names), tiktoken:<encoding>, a tokenizer.json path,
+    # server (the server's /tokenize), or estimate (builder tokens × the ratio the engine's usage reports)
+    tokenizer: str = "auto"
 
 
 class RouterConfig(_Section):

@@ -31,6 +31,7 @@ from .errors import BackendUnavailableError, GenerationError, GenerationTimeoutE
 from .breaker import CircuitBreaker
 from .handlers import answer as handler_answer
 from .llm import AsyncGenerationStream, Generator, make_generator
+from .llm.counting import RatioCalibration, make_counter
 from .llm.extractive import terms
 from .tokens import Tokenizer
 from .types import Generation, Prompt, Scored, Timings, TokenEvent, Usage
@@ -57,6 +58,8 @@ class RouteDecision:
     errors: list[str] = field(default_factory=list)
     refitted: bool = False
     partial: bool = False
+    prompt_tokens_counted: int | None = None  # the served tier's engine tokens, counted before the call
+    prompt_tokens_estimated: bool = False  # True when no exact counter: builder tokens × learned ratio
     estimated_cost: float = 0.0  # from the real usage of every call made, in the tiers' prices
     always_large_cost: float = 0.0  # the same tokens priced at the largest tier
 
@@ -92,6 +95,11 @@ class Router:
             t.name: given[t.name] if t.name in given else make_generator(t, tokenizer=tokenizer) for t in self.tiers}
         r = config.router
         self.breakers = {t.name: CircuitBreaker(r.breaker_failures, r.breaker_reset_s, clock) for t in self.tiers}
+        self.counters = {t.name: make_counter(t.tokenizer, backend=t.backend, model=t.model, base_url=t.base_url,
+                                              engine=getattr(self.generators[t.name], "count_prompt", None))
+                         for t in self.tiers if t.backend != "extractive"}
+        self.calibration = RatioCalibration()
+        self._counts: dict[tuple[str, str], tuple[int, bool]] = {}
 
     # ------------------------------------------------------------ decisions
     def difficulty(self, question: str, confidence: float | None = None) -> float:
@@ -115,8 +123,29 @@ class Router:
         reranked = [s.rerank_score for s in context if s.rerank_score is not None]
         return max(reranked) if reranked else max(s.score for s in context)
 
+    def engine_tokens(self, tier: TierConfig, prompt: Prompt) -> tuple[int, bool]:
+        """(prompt tokens as ``tier``'s engine counts them, whether that is an estimate). Memoised for the
+        last prompts, since plan and fallback ask for the same prompt more than once."""
+        key = (tier.name, prompt.text)
+        hit = self._counts.get(key)
+        if hit is not None:
+            return hit
+        counter = self.counters.get(tier.name)
+        n = None
+        if counter is not None:
+            try:
+                n = counter.count_prompt(prompt)
+            except GenerationError:
+                n = None
+        out = (int(n), False) if n is not None else (self.calibration.estimate(tier.name, prompt.total_tokens), True)
+        if len(self._counts) > 256:
+            self._counts.clear()
+        self._counts[key] = out
+        return out
+
     def _fits(self, tier: TierConfig, prompt: Prompt, max_tokens: int) -> bool:
-        return prompt.total_tokens + min(max_tokens, tier.max_output_tokens) <= tier.context_window
+        n, _ = self.engine_tokens(tier, prompt)
+        return n + min(max_tokens, tier.max_output_tokens) <= tier.context_window
 
     def plan(self, prompt: Prompt, *, question: str, max_tokens: int, task: str | None = None,
              confidence: float | None = None, refit: Refit | None = None) -> tuple[list[TierConfig], RouteDecision]:
@@ -282,10 +311,16 @@ class Router:
         if self._fits(tier, prompt, max_tokens):
             return prompt
         if refit is not None:
-            p2 = refit(tier.context_window)
-            if self._fits(tier, p2, max_tokens):
-                dec.refitted = True
-                return p2
+            # the builder counts in its own tokens: scale the engine's window by this prompt's ratio
+            window = tier.context_window
+            for _ in range(3):
+                n, _est = self.engine_tokens(tier, prompt)
+                window = int(window * min(1.0, prompt.total_tokens / max(n, 1)))
+                prompt = refit(window)
+                if self._fits(tier, prompt, max_tokens):
+                    dec.refitted = True
+                    return prompt
+                window = int(window * 0.9)
         self.breakers[tier.name].success()  # not the backend's fault; release a half-open trial
         dec.fallbacks.append(tier.name)
         dec.errors.append(f"{tier.name}: prompt does not fit window {tier.context_window}")
@@ -315,18 +350,23 @@ class Router:
                                                 finish_reason="error", partial=True))
                 continue
             self.breakers[tier.name].success()
-            return self._served(tier, final, dec)
+            return self._served(tier, final, dec, p)
         if partial is not None:
             return self._served(partial[0], partial[1], dec)
         raise BackendUnavailableError("every tier failed: " + "; ".join(dec.errors),
                                       fix="check the backends (servers up, model names) or add a fallback tier")
 
-    def _served(self, tier: TierConfig, gen: Generation, dec: RouteDecision) -> Routed:
+    def _served(self, tier: TierConfig, gen: Generation, dec: RouteDecision, prompt: Prompt | None = None) -> Routed:
         if dec.fallbacks and tier.name != dec.tier and dec.tier:
             dec.reason += f"; fell back to {tier.name}"
         dec.tier, dec.backend, dec.model = tier.name, gen.backend or tier.backend, gen.model or tier.model
         dec.estimated_cost += tier_cost(tier, gen.usage)
         dec.partial = gen.partial
+        if prompt is not None and tier.backend != "extractive":
+            n, est = self.engine_tokens(tier, prompt)
+            dec.prompt_tokens_counted, dec.prompt_tokens_estimated = n, est
+            if not gen.partial and gen.usage.prompt_tokens > 0:
+                self.calibration.observe(tier.name, prompt.total_tokens, gen.usage.prompt_tokens)
         return Routed(gen, dec)
 
     def stream(self, prompt: Prompt, *, question: str, max_tokens: int, context: Sequence[Scored] | None = None,
@@ -417,7 +457,7 @@ class RoutedStream(Iterator[TokenEvent]):
                 for item in router._events(tier, p, **self._kw):
                     if isinstance(item, Generation):
                         router.breakers[tier.name].success()
-                        return router._served(tier, item, dec).generation
+                        return router._served(tier, item, dec, p).generation
                     emitted.append(item.text)
                     if held is None:
                         yield item
@@ -431,7 +471,7 @@ class RoutedStream(Iterator[TokenEvent]):
                                                                         completion_tokens=len(emitted)),
                                      timings=Timings(), model=tier.model, backend=tier.backend,
                                      finish_reason="error", partial=True)
-                    return router._served(tier, gen, dec).generation
+                    return router._served(tier, gen, dec, p).generation
                 if held is not None:
                     held.clear()
                 dec.fallbacks.append(tier.name)

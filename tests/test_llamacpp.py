@@ -91,3 +91,41 @@ def test_decode_failure_is_retried_once(gen: LlamaCppGenerator, monkeypatch: pyt
 def test_missing_model_is_clear(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFoundError, match="make-gguf"):
         LlamaCppGenerator(str(tmp_path / "nope.gguf")).generate(_prompt("x"), max_tokens=2)
+
+
+def test_count_prompt_equals_the_engines_own_count(gen: LlamaCppGenerator) -> None:
+    """The tier counts in the engine's tokens (chat template included), not in cl100k: the count made
+    before the call is exactly what llama.cpp then reports as prompt tokens."""
+    for q in ("what is a llama?", "How long is the Seine, and which bridges cross it in Paris? " * 5):
+        p = _prompt(q)
+        counted = gen.count_prompt(p)
+        g = gen.generate(p, max_tokens=4)
+        assert counted == g.usage.prompt_tokens
+        assert counted != p.total_tokens  # the builder's cl100k count differs from the engine's
+
+
+def test_router_checks_the_window_in_engine_tokens(tiny_gguf: Path, gen: LlamaCppGenerator) -> None:
+    """A prompt that fits the window in cl100k tokens but not in the engine's is refitted (or refused),
+    never sent over the window."""
+    from ragbudget.config import LLMConfig, TierConfig
+    from ragbudget.route import Router
+
+    p = _prompt("Seine bridges? " * 40)
+    engine_n = gen.count_prompt(p)
+    assert engine_n > p.total_tokens  # this vocabulary spends more tokens than cl100k
+    window = (p.total_tokens + engine_n) // 2 + 8  # fits in cl100k (+8 output), not in engine tokens
+    tier = TierConfig(name="local", backend="llamacpp", model=str(tiny_gguf), context_window=max(window, 128),
+                      max_output_tokens=8)
+    router = Router(LLMConfig(tiers=[tier]), generators={"local": gen})
+    n, estimated = router.engine_tokens(tier, p)
+    assert (n, estimated) == (engine_n, False)
+    sent = []
+
+    def refit(w: int):
+        sent.append(w)
+        return _prompt("Seine bridges?")
+
+    routed = router.generate(p, question="Seine bridges?", max_tokens=8, refit=refit)
+    assert sent and routed.decision.refitted
+    assert routed.decision.prompt_tokens_counted == routed.generation.usage.prompt_tokens
+    assert routed.generation.usage.prompt_tokens + 8 <= tier.context_window

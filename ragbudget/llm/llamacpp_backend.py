@@ -20,8 +20,10 @@ from .base import BaseGenerator, StreamState
 
 try:  # optional extra
     import llama_cpp
+    from llama_cpp import llama_chat_format
 except ImportError:  # pragma: no cover - exercised only without the extra
     llama_cpp = None
+    llama_chat_format = None
 
 INSTALL_HINT = "pip install 'ragbudget[llamacpp]'"
 
@@ -53,6 +55,7 @@ class LlamaCppGenerator(BaseGenerator):
         self._llama_kwargs = llama_kwargs
         self._llm: Any = None
         self._lock = threading.Lock()
+        self._chat_formatter: Any = None  # None: not built yet; False: the model has no usable template
 
     def load(self) -> Any:
         """Load the model (done on first use; call it to warm up)."""
@@ -72,6 +75,33 @@ class LlamaCppGenerator(BaseGenerator):
             raise BackendUnavailableError(f"llama.cpp could not load {self.model_path}: {err}",
                                           fix="check that the file is a valid GGUF") from err
         return self._llm
+
+    def count_prompt(self, prompt: Prompt) -> int | None:
+        """Prompt tokens exactly as llama.cpp will evaluate them: the model's tokenizer over the prompt
+        rendered by the model's own chat template (or the raw text with ``chat=False``). None when the model
+        uses a built-in named chat format this method cannot render (the router then estimates)."""
+        llm = self.load()
+        if not self.chat:
+            return len(llm.tokenize(prompt.text.encode("utf-8"), add_bos=True, special=True))
+        fmt = self._formatter(llm)
+        if fmt is None:
+            return None
+        res = fmt(messages=prompt.openai_messages())
+        return len(llm.tokenize(res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True))
+
+    def _formatter(self, llm: Any) -> Any:
+        if self._chat_formatter is False:
+            return None
+        if self._chat_formatter is None:
+            template = llm.metadata.get("tokenizer.chat_template")
+            if llm.chat_handler is not None or not template or llm.chat_format != "chat_template.default":
+                self._chat_formatter = False
+                return None
+            eos, bos = llm.token_eos(), llm.token_bos()
+            self._chat_formatter = llama_chat_format.Jinja2ChatFormatter(
+                template=template, eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
+                bos_token=llm._model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos])
+        return self._chat_formatter
 
     def reset(self) -> None:
         """Forget the evaluated tokens (the next prompt is evaluated in full)."""
