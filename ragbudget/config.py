@@ -95,6 +95,11 @@ class RetrievalConfig(_Section):
     sparse_weight: float = Field(0.7, ge=0)
     faiss: FaissConfig = FaissConfig()
     bm25: BM25Config = BM25Config()
+    # Follow-ups ("and his brother?") retrieve with a query condensed from the history: deterministic
+    # (names of the latest turns appended, no model), llm (a rewrite by condense_tier, deterministic on
+    # error) or off. The prompt always shows the question as asked.
+    condense: Literal["off", "deterministic", "llm"] = "deterministic"
+    condense_tier: str | None = None
 
 
 class IndexConfig(_Section):
@@ -396,6 +401,16 @@ class Config(_Section):
     llm: LLMConfig = LLMConfig()
     cache: CacheConfig = CacheConfig()
     service: ServiceConfig = ServiceConfig()
+
+    @model_validator(mode="after")
+    def _condense_tier_exists(self) -> "Config":
+        r = self.retrieval
+        if r.condense == "llm":
+            names = [t.name for t in self.llm.tiers if t.backend != "extractive"]
+            if r.condense_tier not in names:
+                raise ValueError(f"retrieval.condense: llm needs retrieval.condense_tier naming a model tier "
+                                 f"(one of {names}), got {r.condense_tier!r}")
+        return self
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
         """A new Config with dotted-key overrides applied, e.g. ``{"retrieval.top_k": 5}``."""

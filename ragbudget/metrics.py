@@ -56,6 +56,9 @@ class Metrics:
                                  registry=r)
         self.in_flight = Gauge("in_flight", "Requests holding a slot", namespace=ns, registry=r)
         self.errors = Counter("errors", "Requests answered with an error", ["type"], namespace=ns, registry=r)
+        self.prefix_changes = Counter("static_prefix_changes", "Requests whose static prompt prefix differed from "
+                                      "the previous one of its mode (a prefix-cache miss on every engine)",
+                                      ["mode", "part"], namespace=ns, registry=r)
 
     def observe_answer(self, answer: Answer, tenant: str) -> None:
         """Record everything an answer carries: timings, tokens per section, usage, cache layer, route."""
@@ -80,6 +83,9 @@ class Metrics:
         layer = answer.cache_layer or answer.ledger.cache_layer
         self.cache.labels(layer or "any", "hit" if layer else "miss").inc()
         self.requests.labels(tenant, route, str(answer.ledger.degrade_level)).inc()
+        for flag in answer.ledger.flags:
+            if flag.startswith("prefix_changed:"):
+                self.prefix_changes.labels(str(answer.ledger.prompt.get("mode", "")), flag.split(":", 1)[1]).inc()
 
     def observe_cache(self, layer: str, hit: bool) -> None:
         self.cache.labels(layer, "hit" if hit else "miss").inc()

@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 
 from .cache import CacheLayers
 from .cache.keys import ResponseScope, conversation_fingerprint, digest
+from .condense import condense, condense_with_llm
 from .config import Config, TierConfig, load_config
 from .context import BuiltContext, ContextBuilder
 from .embed import EmbeddingCache, SentenceTransformerEmbedder
@@ -31,12 +32,12 @@ from .errors import CacheError, QueryError
 from .history import coerce_history
 from .index import IngestReport, ProgressFn, list_indexes
 from .indexes import IndexRegistry, LoadedIndex
-from .llm import make_generator
+from .llm import make_generator, make_prompt
 from .llm.base import Generator, GenerationStream
 from .kvcache import check_config as check_kv
 from .metrics import Metrics
 from .microbatch import MicroBatcher
-from .prompt import fingerprint, static_prefix
+from .prompt import PrefixMonitor, fingerprint, prefix_parts, static_prefix
 from .rerank import make_reranker
 from .route import RouteDecision, Routed, Router
 from .tokens import Tokenizer
@@ -85,6 +86,7 @@ class RAG:
         self._indexes: IndexRegistry | None = None
         self._lock = threading.RLock()
         self._prefix_fps: dict[str, str] = {}
+        self._prefix_monitor = PrefixMonitor()
         self._extractive = make_generator(TierConfig(name="extractive", backend="extractive", model="extractive"),
                                           tokenizer=self.tokenizer)
         self._tiers_fp = digest([t.model_dump() for t in self.config.llm.tiers])
@@ -191,6 +193,22 @@ class RAG:
             rc.set(loaded.index.version, settings, question, [(s.chunk.id, s.score) for s in out])
         return out
 
+    def _condense(self, question: str, history: Sequence[Message], ledger: Ledger) -> str:
+        """The retrieval query for a follow-up (see :mod:`ragbudget.condense`); the question otherwise."""
+        how = self.config.retrieval.condense
+        if how == "off" or not history:
+            return question
+        if how == "llm" and self.config.retrieval.condense_tier:
+            gen = self.router.generators[self.config.retrieval.condense_tier]
+            c = condense_with_llm(question, history,
+                                  lambda text: gen.generate(make_prompt([("user", text)]), max_tokens=64).text)
+        else:
+            c = condense(question, history)
+        if c.changed:
+            ledger.section("question").notes.append(f"retrieval query condensed from the history ({c.method}): "
+                                                    f"{c.query!r}")
+        return c.query
+
     # ------------------------------------------------------------------ the query path
     def _scope(self, loaded: LoadedIndex | None, tenant: str, mode: str, max_tokens: int,
                history: Sequence[Message]) -> ResponseScope:
@@ -272,7 +290,8 @@ class RAG:
         k = self.config.retrieval.top_k
         if degrade_level >= DEGRADE_SMALLER_CONTEXT:
             k = max(1, k // 2)
-        retrieved = self._retrieve(question, loaded, max(k, self.config.rerank.top_n if degrade_level < 2 else k),
+        search_q = self._condense(question, hist, ledger)
+        retrieved = self._retrieve(search_q, loaded, max(k, self.config.rerank.top_n if degrade_level < 2 else k),
                                    timings, ledger)
 
         # 4. rerank, budget, trim, history, prompt
@@ -284,6 +303,11 @@ class RAG:
                                    ledger=ledger, timings=timings.stages, terms=loaded.index.sparse.analyzer.terms,
                                    term_weights=loaded.index.sparse.idf)
         timings.stages["context"] = _ms(t0)
+        changed = self._prefix_monitor.observe(mode, built.prompt.static_prefix, prefix_parts(self.config.prompt, mode))
+        if changed is not None:  # every engine's prefix cache misses on this request
+            ledger.flags.append(f"prefix_changed:{changed}")
+            log.warning("static prompt prefix of mode %r changed in %s (fingerprint %s): prefix caches miss",
+                        mode, changed, built.prompt.prefix_fingerprint[:12])
 
         # 5. route and generate, streaming
         yield ProgressEvent("generating", "")
@@ -328,6 +352,10 @@ class RAG:
             ledger.flags.append("partial")
         out = ledger.section("output", built.allocation.output if built else 0)
         out.used = gen.usage.completion_tokens
+        if built is not None:  # what the engine reports it reused of the prompt, next to what was sent
+            ledger.prompt.update({"engine_prompt_tokens": gen.usage.prompt_tokens,
+                                  "engine_cached_tokens": gen.usage.cached_tokens,
+                                  "engine_tokens_counted": routed.decision.prompt_tokens_counted})
         timings.ttft_ms = gen.timings.ttft_ms
         timings.itl_ms = list(gen.timings.itl_ms)
         timings.total_ms = _ms(t_start)

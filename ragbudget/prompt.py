@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from typing import Literal, Sequence
 
 from .config import Config, PromptConfig
@@ -26,26 +27,59 @@ STRUCTURED_INSTRUCTION = ('Reply with compact JSON only: {"a":"<answer>","c":[<s
                           "Do not restate the question; no extra text.")
 
 
-def static_prefix(cfg: PromptConfig, mode: str) -> str:
-    """The fixed part of the prompt for ``mode``: identical bytes for every request with this config."""
+def prefix_parts(cfg: PromptConfig, mode: str) -> list[tuple[str, str]]:
+    """The named parts of the static prefix for ``mode``, in order (config key → text)."""
     if mode not in cfg.modes:
         raise ConfigError(f"unknown response mode {mode!r}", fix=f"use one of {sorted(cfg.modes)}")
-    parts = [cfg.system.strip()]
+    parts = [("system", cfg.system.strip())]
     if cfg.policies:
-        parts.append("Policies:\n" + "\n".join(f"- {p.strip()}" for p in cfg.policies))
+        parts.append(("policies", "Policies:\n" + "\n".join(f"- {p.strip()}" for p in cfg.policies)))
     if cfg.tools:
-        parts.append("Tools:\n" + "\n".join(t.strip() for t in cfg.tools))
-    for ex in cfg.few_shot:
-        parts.append(f"Example question: {ex.get('question', '').strip()}\n"
-                     f"Example answer: {ex.get('answer', '').strip()}")
+        parts.append(("tools", "Tools:\n" + "\n".join(t.strip() for t in cfg.tools)))
+    for i, ex in enumerate(cfg.few_shot):
+        parts.append((f"few_shot[{i}]", f"Example question: {ex.get('question', '').strip()}\n"
+                                        f"Example answer: {ex.get('answer', '').strip()}"))
     if cfg.fixed_docs:
-        parts.append("Reference:\n" + "\n\n".join(d.strip() for d in cfg.fixed_docs))
+        parts.append(("fixed_docs", "Reference:\n" + "\n\n".join(d.strip() for d in cfg.fixed_docs)))
     instr = cfg.modes[mode].instruction.strip()
     if instr:
-        parts.append(instr)
+        parts.append((f"modes.{mode}.instruction", instr))
     if cfg.structured_output:
-        parts.append(STRUCTURED_INSTRUCTION)
-    return "\n\n".join(p for p in parts if p)
+        parts.append(("structured_output", STRUCTURED_INSTRUCTION))
+    return [(k, v) for k, v in parts if v]
+
+
+def static_prefix(cfg: PromptConfig, mode: str) -> str:
+    """The fixed part of the prompt for ``mode``: identical bytes for every request with this config."""
+    return "\n\n".join(text for _, text in prefix_parts(cfg, mode))
+
+
+class PrefixMonitor:
+    """Checks on every request that a mode's static prefix is byte-identical to the last one sent.
+
+    :meth:`observe` returns None while it is, else the name of the part that changed (``system``,
+    ``policies``, ``few_shot[2]``, ``modes.concise.instruction``…, or ``unknown`` when the prefix no longer
+    matches the configuration's parts): every such change costs every engine's prefix cache a miss.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, mode: str, prefix: str, parts: Sequence[tuple[str, str]]) -> str | None:
+        with self._lock:
+            old = self._last.get(mode)
+            self._last[mode] = prefix
+        if old is None or old == prefix:
+            return None
+        at = _common_prefix_len(old, prefix)
+        pos = 0
+        for name, text in parts:
+            end = pos + len(text)
+            if at <= end:
+                return name
+            pos = end + 2  # the blank line between parts
+        return "unknown"
 
 
 def neutralise(text: str) -> str:

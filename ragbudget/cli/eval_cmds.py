@@ -9,7 +9,9 @@ import sys
 from ..config import load_config
 from ..embed import EmbeddingCache, SentenceTransformerEmbedder
 from ..eval.answers import evaluate_answers
+from ..eval.followups import KINDS, evaluate_followups
 from ..eval.history_eval import evaluate_history, load_canard
+from ..eval.longdocs import GROUPS, build_long_documents
 from ..rerank import make_reranker
 from ..tokens import Tokenizer
 
@@ -40,6 +42,20 @@ def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:
     h.add_argument("--limit", type=int, default=None)
     h.add_argument("--json", action="store_true")
     h.set_defaults(handler=run_history)
+    f = eval_sub.add_parser("followups", help="CANARD: retrieval with raw, condensed and human-rewritten follow-ups")
+    f.add_argument("dir", nargs="?", default="../shared/data/canard")
+    f.add_argument("--limit", type=int, default=600, help="first N follow-up questions (0: all)")
+    f.add_argument("--k", type=int, default=10, help="recall@k")
+    f.add_argument("--embedding-cache", default=".ragbudget/embeddings.sqlite")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(handler=run_followups)
+    ld = eval_sub.add_parser("longdocs", help="build long documents from an answers folder's short paragraphs")
+    ld.add_argument("src", help="answers folder (corpus.jsonl + questions.jsonl)")
+    ld.add_argument("out", help="folder to write (corpus.jsonl + questions.jsonl)")
+    ld.add_argument("--tokens", type=int, default=3000, help="document size in tokens (about)")
+    ld.add_argument("--group", choices=GROUPS, default="topic", help="topic: k-means clusters; random: shuffled")
+    ld.add_argument("--seed", type=int, default=7)
+    ld.set_defaults(handler=run_longdocs)
 
 
 def run_answers(args: argparse.Namespace) -> int:
@@ -61,6 +77,34 @@ def run_answers(args: argparse.Namespace) -> int:
         if main:
             obj.pop("method")
         print(json.dumps(obj))
+    return 0
+
+
+def _embedder(cfg, path: str) -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(cfg.embedding, EmbeddingCache(path) if cfg.embedding.cache else None)
+
+
+def run_followups(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    emb = _embedder(cfg, args.embedding_cache)
+    res = evaluate_followups(args.dir, cfg, emb, make_reranker(cfg.rerank, emb), limit=args.limit or None, k=args.k)
+    print(f"{res['questions']} follow-ups, {res['documents']} dialogs ({res['chunks']} chunks); condensed query "
+          f"differs from the question in {res['condensed_changed']:.0%}", file=sys.stderr)
+    print(f"{'query':<10} {'recall@' + str(args.k):>9} {'answer_in_context':>17} {'tokens_mean':>11}")
+    for kind in KINDS:
+        r = res[kind]
+        print(f"{kind:<10} {r[f'recall@{args.k}']:>9.3f} {r['answer_in_context']:>17.3f} {r['context_tokens_mean']:>11.1f}")
+    if args.json:
+        print(json.dumps(res))
+    return 0
+
+
+def run_longdocs(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    emb = _embedder(cfg, ".ragbudget/embeddings.sqlite") if args.group == "topic" else None
+    res = build_long_documents(args.src, args.out, tokens=args.tokens, group=args.group, embedder=emb,
+                               seed=args.seed)
+    print(json.dumps(res))
     return 0
 
 
