@@ -182,6 +182,8 @@ class TrimConfig(_Section):
     evidence_floor: float = Field(0.65, ge=0, le=1)
     sentence_window: int = Field(1, ge=0, le=5)
     window_floor: float = Field(0.9, ge=0, le=1)
+    # a sentence whose terms overlap a kept one's this much (Jaccard) is a near-duplicate and left out
+    duplicate_similarity: float = Field(0.8, ge=0, le=1)
     history_recent_turns: int = Field(4, ge=0)
     history_compression: Literal["extractive", "llm", "none"] = "extractive"
     # share of the history budget that compressed older turns may take (the rest keeps recent turns verbatim)

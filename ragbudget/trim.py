@@ -96,6 +96,7 @@ class SentencePlan:
     tokens: list[list[int]]
     scores: list[list[float]]
     chunk_tokens: list[int]
+    term_sets: list[list[frozenset[str]]] = field(default_factory=list)
 
     @classmethod
     def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
@@ -117,17 +118,21 @@ class SentencePlan:
         else:
             chunk_rel = _minmax([s.score for s in items])
             dense = [0.5 * chunk_rel[ci] for ci, ss in enumerate(sents) for _ in ss]
-        lex = _lexical(query, sents, terms or _default_terms(), term_weights)
+        terms = terms or _default_terms()
+        flat_sets = [frozenset(terms(x)) for x in flat]
+        lex = _lexical(query, sents, flat_sets, terms, term_weights)
         order = _retrieval_ranks(items)
-        tokens, scores, k = [], [], 0
+        tokens, scores, term_sets, k = [], [], [], 0
         for ci, ss in enumerate(sents):
             prior = cfg.rank_prior / (1.0 + order[ci] / 3.0)
             tokens.append(list(counts[k:k + len(ss)]))
+            term_sets.append(flat_sets[k:k + len(ss)])
             scores.append([cfg.sentence_weight * dense[k + j] + cfg.lexical_weight * lex[k + j] + prior
                            for j in range(len(ss))])
             k += len(ss)
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
-        return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens)
+        return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
+                   term_sets=term_sets)
 
     def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
              overhead_per_chunk: int = 0) -> TrimResult:
@@ -152,6 +157,7 @@ class SentencePlan:
         wfloor = cfg.window_floor * best
         chosen: dict[int, dict[int, str]] = {}
         seen: set[str] = set()
+        kept_sets: list[frozenset[str]] = []
         used = 0
         truncated: set[int] = set()
         stop, note, skipped = "exhausted", "", 0
@@ -166,12 +172,14 @@ class SentencePlan:
             for jj in [j] + [x for x in range(j - w, j + w + 1) if x != j and 0 <= x < n]:
                 text = self.sentences[ci][jj]
                 key = " ".join(text.split()).lower()
-                if key in seen:
+                if key in seen or self._near_duplicate(ci, jj, kept_sets, cfg.duplicate_similarity):
                     continue
                 cost = self.tokens[ci][jj] + 1 + (overhead_per_chunk if ci not in chosen else 0)
                 if used + cost <= budget:
                     chosen.setdefault(ci, {})[jj] = text
                     seen.add(key)
+                    if self.term_sets:
+                        kept_sets.append(self.term_sets[ci][jj])
                     used += cost
                 elif jj == j and not chosen and cost > budget:
                     # the best sentence alone exceeds the whole budget: the one case where we cut a sentence
@@ -186,6 +194,15 @@ class SentencePlan:
         if stop == "exhausted" and skipped:
             stop, note = "budget", f"budget full: {skipped} relevant sentences did not fit in {budget} tokens"
         return self._result(chosen, used, cfg, truncated, stop=stop, note=note)
+
+    def _near_duplicate(self, ci: int, j: int, kept: list[frozenset[str]], threshold: float) -> bool:
+        """Is sentence ``j`` of chunk ``ci`` a near-copy (term-set Jaccard ≥ threshold) of one already in?"""
+        if threshold >= 1.0 or not self.term_sets or not kept:
+            return False
+        a = self.term_sets[ci][j]
+        if len(a) < 4:
+            return False
+        return any(len(a & b) / len(a | b) >= threshold for b in kept if b)
 
     def _pack_whole(self, budget: int, cfg: TrimConfig, overhead: int) -> TrimResult:
         chosen: dict[int, dict[int, str]] = {}
@@ -243,13 +260,12 @@ def _default_terms() -> TermsFn:
     return Analyzer(BM25Config()).terms
 
 
-def _lexical(query: str, sents: list[list[str]], terms: TermsFn, weights: WeightsFn | None) -> list[float]:
-    """Per sentence, the share of the question's term weight it contains (0 … 1)."""
+def _lexical(query: str, sents: list[list[str]], sets: Sequence[frozenset[str]], terms: TermsFn,
+             weights: WeightsFn | None) -> list[float]:
+    """Per sentence (``sets``: its terms), the share of the question's term weight it contains (0 … 1)."""
     q = list(dict.fromkeys(terms(query)))
-    flat = [x for ss in sents for x in ss]
-    if not q or not flat:
-        return [0.0] * len(flat)
-    sets = [set(terms(x)) for x in flat]
+    if not q or not sets:
+        return [0.0] * len(sets)
     if weights is not None:
         w = {t: max(float(v), 0.0) for t, v in weights(q).items()}
     else:  # idf over the candidate chunks themselves
@@ -259,7 +275,7 @@ def _lexical(query: str, sents: list[list[str]], terms: TermsFn, weights: Weight
              for t in q for df in [sum(1 for cs in chunk_sets if t in cs)]}
     total = sum(w.get(t, 0.0) for t in q)
     if total <= 0:
-        return [0.0] * len(flat)
+        return [0.0] * len(sets)
     return [sum(w.get(t, 0.0) for t in q if t in st) / total for st in sets]
 
 

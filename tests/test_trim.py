@@ -104,3 +104,20 @@ def test_repeated_sentence_of_overlapping_chunks_is_sent_once(scorer):
     b = Scored(Chunk(id="b", doc_id="d", text="It is 777 kilometres long. " + BANANA), score=0.8)
     r = trim_chunks("How long is the Seine?", [a, b], 4000, TOK, scorer, TrimConfig(adaptive=False))
     assert " ".join(s.chunk.text for s in r.kept).count("777 kilometres") == 1
+
+
+def test_near_duplicate_sentences_are_sent_once(scorer):
+    """The same fact worded twice (two documents quoting one source) goes into the prompt once."""
+    one = "The Seine river is 777 kilometres long and flows through Paris."
+    two = "Flowing through Paris, the Seine river is 777 kilometres long."
+    a = Scored(Chunk(id="a", doc_id="d1", text=one + " " + BANANA), score=0.9)
+    b = Scored(Chunk(id="b", doc_id="d2", text=two + " " + BANANA.replace("Bananas are berries.", "Plums are fruit.")),
+               score=0.8)
+    q = "How long is the Seine river?"
+    r = trim_chunks(q, [a, b], 4000, TOK, scorer, TrimConfig(adaptive=False, sentence_window=0))
+    text = " ".join(s.chunk.text for s in r.kept)
+    assert (one in text) != (two in text)
+    off = trim_chunks(q, [a, b], 4000, TOK, scorer,
+                      TrimConfig(adaptive=False, sentence_window=0, duplicate_similarity=1.0))
+    both = " ".join(s.chunk.text for s in off.kept)
+    assert one in both and two in both
