@@ -248,7 +248,8 @@ class TierConfig(_Section):
     n_threads: int | None = None
     kv: KVSpecConfig | None = None  # KV-cache shape; `ragbudget info` shows max concurrency × context
     # How this tier's engine counts prompt tokens, for its window check: auto (llama.cpp's own tokenizer
-    # and chat template; tiktoken for OpenAI model names), tiktoken:<encoding>, a tokenizer.json path,
+    # and chat template; tiktoken for OpenAI model names), tiktoken:<encoding>, gguf:<path> (the GGUF a
+    # server serves: its tokenizer and chat template), a tokenizer.json path,
     # server (the server's /tokenize), or estimate (builder tokens × the ratio the engine's usage reports)
     tokenizer: str = "auto"
 

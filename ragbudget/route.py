@@ -23,7 +23,7 @@ import queue
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .config import LLMConfig, TierConfig
@@ -365,7 +365,11 @@ class Router:
         if prompt is not None and tier.backend != "extractive":
             n, est = self.engine_tokens(tier, prompt)
             dec.prompt_tokens_counted, dec.prompt_tokens_estimated = n, est
-            if not gen.partial and gen.usage.prompt_tokens > 0:
+            if gen.usage_estimated:
+                # the engine reported nothing: its own tokenizer's count beats the builder's estimate
+                if not est:
+                    gen = replace(gen, usage=replace(gen.usage, prompt_tokens=n))
+            elif not gen.partial and gen.usage.prompt_tokens > 0:
                 self.calibration.observe(tier.name, prompt.total_tokens, gen.usage.prompt_tokens)
         return Routed(gen, dec)
 

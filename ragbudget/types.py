@@ -220,6 +220,7 @@ class Generation:
     backend: str = ""
     finish_reason: str = "stop"
     partial: bool = False
+    usage_estimated: bool = False  # the engine reported no usage: these counts are ragbudget's
 
 
 @dataclass(frozen=True)

@@ -120,3 +120,27 @@ async def test_generator_conformance(any_backend) -> None:
     assert g.backend == any_backend.name
     g2 = await any_backend.agenerate(p, max_tokens=8, context=ctx)
     assert 0 < g2.usage.completion_tokens <= 8
+
+
+def test_gguf_counter_counts_what_llama_cpp_evaluates(llama_server: str, tiny_gguf) -> None:
+    """A server that serves a GGUF: `tokenizer: gguf:PATH` counts with that model's tokenizer and chat
+    template — exactly what llama.cpp evaluates (the in-process engine reports it) — and, since this
+    server streams no usage, that count replaces the builder's cl100k estimate, marked as not reported."""
+    from ragbudget.config import LLMConfig
+    from ragbudget.llm import LlamaCppGenerator
+    from ragbudget.route import Router
+
+    tier = TierConfig(name="srv", backend="openai", model="tiny", base_url=llama_server, context_window=2048,
+                      max_output_tokens=4, tokenizer=f"gguf:{tiny_gguf}")
+    router = Router(LLMConfig(tiers=[tier]))
+    engine = LlamaCppGenerator(str(tiny_gguf), n_ctx=2048, n_threads=2)
+    for q in ("What is in the documents?", "Which bridges cross the Seine in Paris, and when were they built?"):
+        p = _prompt(q)
+        r = router.generate(p, question=q, max_tokens=4)
+        truth = engine.generate(p, max_tokens=2).usage.prompt_tokens
+        assert r.decision.prompt_tokens_counted == truth and not r.decision.prompt_tokens_estimated
+        assert r.generation.usage_estimated  # llama-cpp-python's server sends no usage in streams
+        assert r.generation.usage.prompt_tokens == truth != p.total_tokens
+    auto = Router(LLMConfig(tiers=[tier.model_copy(update={"tokenizer": "auto"})]))
+    r = auto.generate(_prompt("What is in the documents?"), question="q", max_tokens=4)
+    assert r.decision.prompt_tokens_estimated and r.generation.usage_estimated

@@ -107,7 +107,8 @@ class GenerationStream(Iterator[TokenEvent]):
             usage=Usage(prompt_tokens=s.prompt_tokens, cached_tokens=s.cached_tokens,
                         completion_tokens=completion),
             timings=self._clock.timings(), model=s.model or self._model, backend=self._backend,
-            finish_reason="error" if partial else s.finish_reason, partial=partial)
+            finish_reason="error" if partial else s.finish_reason, partial=partial,
+            usage_estimated=bool(s.extra.get("usage_estimated")))
 
     def close(self) -> None:
         """Stop early (e.g. the client went away); the generation so far is kept, marked partial."""

@@ -6,7 +6,8 @@ template adds its own. A tier's :class:`PromptCounter` gives the exact count the
 
 - ``llamacpp``: the model's own tokenizer over the prompt rendered with the model's chat template
   (:meth:`LlamaCppGenerator.count_prompt`);
-- ``openai``: tiktoken for OpenAI model names (``o200k_base`` for gpt-4o/4.1/o-series, ``cl100k_base`` for
+- ``openai``: ``gguf:/path/model.gguf`` for a server that serves that GGUF (exact, vocabulary-only load),
+  tiktoken for OpenAI model names (``o200k_base`` for gpt-4o/4.1/o-series, ``cl100k_base`` for
   gpt-4/3.5; message framing as OpenAI documents it), a ``tokenizer.json`` file (``tier.tokenizer``), or the
   server's ``/tokenize`` endpoint (``tier.tokenizer: server``; llama.cpp server and vLLM have one);
 - anything else: the builder's count scaled by the engine/builder ratio learned from the engine's reported
@@ -26,6 +27,7 @@ from tokenizers import Tokenizer as HFTokenizer  # installed with sentence-trans
 from ..errors import ConfigError
 from ..tokens import ensure_offline_cache
 from ..types import Prompt
+from .llamacpp_backend import chat_formatter, count_llama_prompt, llama_cpp
 
 # OpenAI chat framing: every message costs 3 tokens beyond its content and role; the reply is primed with 3.
 PER_MESSAGE, REPLY_PRIMING = 3, 3
@@ -77,6 +79,24 @@ class TokenizerFileCounter:
     def count_prompt(self, prompt: Prompt) -> int | None:
         return sum(len(self._tok.encode(m.content, add_special_tokens=False).ids) + PER_MESSAGE
                    for m in prompt.messages) + REPLY_PRIMING
+
+
+class GGUFCounter:
+    """The tokenizer and chat template of a GGUF file (loaded vocabulary-only: no weights): exact for an
+    OpenAI-compatible server that serves that GGUF (llama.cpp server, llama-cpp-python, Ollama)."""
+
+    def __init__(self, path: str) -> None:
+        p = Path(path).expanduser()
+        if llama_cpp is None:
+            raise ConfigError("tokenizer: gguf:… needs llama-cpp-python", fix="pip install 'ragbudget[llamacpp]'")
+        if not p.is_file():
+            raise ConfigError(f"tier tokenizer GGUF not found: {p}", fix="point tokenizer at gguf:/path/model.gguf")
+        self._llm = llama_cpp.Llama(str(p), vocab_only=True, verbose=False)
+        self._fmt = chat_formatter(self._llm)
+        self.name = f"gguf:{p.name}"
+
+    def count_prompt(self, prompt: Prompt) -> int | None:
+        return count_llama_prompt(self._llm, prompt, chat=True, formatter=self._fmt)
 
 
 class ServerCounter:
@@ -136,6 +156,8 @@ def make_counter(spec: str | None, *, backend: str, model: str, base_url: str | 
     spec = spec or "auto"
     if spec.startswith("tiktoken:"):
         return TiktokenCounter(spec.split(":", 1)[1])
+    if spec.startswith("gguf:"):
+        return GGUFCounter(spec.split(":", 1)[1])
     if spec == "server":
         if not base_url:
             raise ConfigError("tokenizer: server needs the tier's base_url", fix="set base_url or tokenizer: auto")

@@ -28,6 +28,30 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 INSTALL_HINT = "pip install 'ragbudget[llamacpp]'"
 
 
+def chat_formatter(llm: Any) -> Any:
+    """The Jinja chat formatter llama-cpp-python builds from the model's ``tokenizer.chat_template``
+    (False when the model has none, or uses a named built-in format or a custom handler)."""
+    template = llm.metadata.get("tokenizer.chat_template")
+    if llm.chat_handler is not None or not template or llm.chat_format != "chat_template.default":
+        return False
+    eos, bos = llm.token_eos(), llm.token_bos()
+    return llama_chat_format.Jinja2ChatFormatter(
+        template=template, eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
+        bos_token=llm._model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos])
+
+
+def count_llama_prompt(llm: Any, prompt: Prompt, *, chat: bool, formatter: Any) -> int | None:
+    """Tokens llama.cpp evaluates for ``prompt``: the model's tokenizer over the prompt rendered by its
+    chat template, tokenized the way ``create_chat_completion`` does (or the raw text for completions).
+    None when the model's chat format cannot be rendered here (``formatter`` False)."""
+    if not chat:
+        return len(llm.tokenize(prompt.text.encode("utf-8"), add_bos=True, special=True))
+    if formatter is False:
+        return None
+    res = formatter(messages=prompt.openai_messages())
+    return len(llm.tokenize(res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True))
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -55,7 +79,7 @@ class LlamaCppGenerator(BaseGenerator):
         self._llama_kwargs = llama_kwargs
         self._llm: Any = None
         self._lock = threading.Lock()
-        self._chat_formatter: Any = None  # None: not built yet; False: the model has no usable template
+        self._formatter: Any = None  # the model's chat template, built on the first count
 
     def load(self) -> Any:
         """Load the model (done on first use; call it to warm up)."""
@@ -77,31 +101,11 @@ class LlamaCppGenerator(BaseGenerator):
         return self._llm
 
     def count_prompt(self, prompt: Prompt) -> int | None:
-        """Prompt tokens exactly as llama.cpp will evaluate them: the model's tokenizer over the prompt
-        rendered by the model's own chat template (or the raw text with ``chat=False``). None when the model
-        uses a built-in named chat format this method cannot render (the router then estimates)."""
+        """Prompt tokens exactly as llama.cpp will evaluate them (see :func:`count_llama_prompt`)."""
         llm = self.load()
-        if not self.chat:
-            return len(llm.tokenize(prompt.text.encode("utf-8"), add_bos=True, special=True))
-        fmt = self._formatter(llm)
-        if fmt is None:
-            return None
-        res = fmt(messages=prompt.openai_messages())
-        return len(llm.tokenize(res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True))
-
-    def _formatter(self, llm: Any) -> Any:
-        if self._chat_formatter is False:
-            return None
-        if self._chat_formatter is None:
-            template = llm.metadata.get("tokenizer.chat_template")
-            if llm.chat_handler is not None or not template or llm.chat_format != "chat_template.default":
-                self._chat_formatter = False
-                return None
-            eos, bos = llm.token_eos(), llm.token_bos()
-            self._chat_formatter = llama_chat_format.Jinja2ChatFormatter(
-                template=template, eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
-                bos_token=llm._model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos])
-        return self._chat_formatter
+        if self._formatter is None:
+            self._formatter = chat_formatter(llm)
+        return count_llama_prompt(llm, prompt, chat=self.chat, formatter=self._formatter)
 
     def reset(self) -> None:
         """Forget the evaluated tokens (the next prompt is evaluated in full)."""
