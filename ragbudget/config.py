@@ -154,6 +154,10 @@ class BudgetConfig(_Section):
             fixed = s.cap if s.cap is not None else int(s.ratio * self.context_window)  # type: ignore[operator]
             if s.min > fixed:
                 raise BudgetConfigError(f"budget.{n}.min ({s.min}) exceeds its cap ({fixed})")
+            if n in ("question", "output") and fixed < 1:
+                src = "cap" if s.cap is not None else f"ratio × context_window ({s.ratio} × {self.context_window})"
+                raise BudgetConfigError(f"budget.{n}: {src} gives {fixed} tokens; the {n} needs at least 1",
+                                        fix=f"set budget.{n}.cap to a positive number of tokens")
             total += fixed
         total += self.safety_margin
         if total > self.context_window:
@@ -164,6 +168,15 @@ class BudgetConfig(_Section):
             if a not in names or b not in names:
                 raise BudgetConfigError(f"budget.lend: unknown section in ({a!r}, {b!r}); use {names}")
         return self
+
+    def section_tokens(self, name: str) -> int:
+        """A section's configured ceiling in tokens (its cap, else ratio × context_window)."""
+        s: SectionBudget = getattr(self, name)
+        return s.cap if s.cap is not None else int((s.ratio or 0.0) * self.context_window)
+
+
+#: Tokens the prompt spends on the "Question: " label (the builder counts them with the question).
+QUESTION_LABEL_TOKENS = 4
 
 
 class TrimConfig(_Section):
@@ -182,6 +195,14 @@ class TrimConfig(_Section):
     evidence_floor: float = Field(0.65, ge=0, le=1)
     sentence_window: int = Field(1, ge=0, le=5)
     window_floor: float = Field(0.9, ge=0, le=1)
+    # ...and once the context holds coverage_stop of the question's term weight (idf), a sentence under
+    # coverage_floor × best is not needed either
+    coverage_stop: float = Field(0.9, ge=0, le=1)
+    coverage_floor: float = Field(0.8, ge=0, le=1)
+    # parent/child: when the best sentence holds under parent_confidence of the question's term weight, its
+    # whole chunk goes in, if the chunk takes at most parent_share of the budget (0 turns this off)
+    parent_share: float = Field(0.5, ge=0, le=1)
+    parent_confidence: float = Field(0.9, ge=0, le=1)
     # a sentence whose terms overlap a kept one's this much (Jaccard) is a near-duplicate and left out
     duplicate_similarity: float = Field(0.8, ge=0, le=1)
     history_recent_turns: int = Field(4, ge=0)
@@ -300,6 +321,11 @@ class SemanticCacheConfig(_Section):
     guard_content: bool = True
     max_unmatched_words: int = Field(1, ge=0)  # content guard: extra words allowed per side...
     max_unmatched_ratio: float = Field(0.2, ge=0, le=1)  # ...or this share of that side's content words
+    # Contrast verifier (ragbudget/cache/contrast.py, issue 13): the words in which two questions differ
+    # must be evidence of the same question (antonyms, degree, direction, units, roles, substitutions).
+    guard_contrast: bool = True
+    # MiniLM cosine of two substituted words that counts as synonym evidence (1.0 = lexicon only).
+    word_similarity: float = Field(1.0, ge=0, le=1)
     max_entries: int = Field(10000, ge=1)
 
 
@@ -333,7 +359,9 @@ class TenantConfig(_Section):
 
 class LimitsConfig(_Section):
     max_body_bytes: int = Field(1_000_000, ge=1024)
-    max_question_tokens: int = Field(512, ge=1)
+    # None: the question budget decides (budget.question minus its label); a number may only be lower.
+    # The one question limit, :func:`question_limit`, is enforced the same way by the library and the API.
+    max_question_tokens: int | None = Field(None, ge=1)
     max_history_turns: int = Field(50, ge=0)
     max_output_tokens: int = Field(2048, ge=1)
     max_concurrent: int = Field(16, ge=1)
@@ -413,6 +441,17 @@ class Config(_Section):
             if r.condense_tier not in names:
                 raise ValueError(f"retrieval.condense: llm needs retrieval.condense_tier naming a model tier "
                                  f"(one of {names}), got {r.condense_tier!r}")
+        fits = self.budget.section_tokens("question") - QUESTION_LABEL_TOKENS
+        mq = self.service.limits.max_question_tokens
+        if fits < 1:
+            raise BudgetConfigError(f"budget.question holds {fits + QUESTION_LABEL_TOKENS} tokens, not enough for "
+                                    f"its {QUESTION_LABEL_TOKENS}-token label and a question",
+                                    fix="raise budget.question.cap")
+        if mq is not None and mq > fits:
+            raise BudgetConfigError(
+                f"service.limits.max_question_tokens ({mq}) is over the {fits} tokens budget.question lets into "
+                "the prompt: questions between the two would be cut", fix="lower it, leave it null, or raise "
+                "budget.question.cap")
         return self
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
@@ -421,6 +460,15 @@ class Config(_Section):
         for key, value in overrides.items():
             _set_dotted(data, key.split("."), value, key)
         return _validate(data, source="overrides")
+
+
+def question_limit(cfg: Config) -> tuple[int, str]:
+    """The one limit on a question's tokens and the setting that sets it (library and API alike)."""
+    fits = cfg.budget.section_tokens("question") - QUESTION_LABEL_TOKENS
+    mq = cfg.service.limits.max_question_tokens
+    if mq is not None and mq <= fits:
+        return mq, "service.limits.max_question_tokens"
+    return fits, f"budget.question ({fits + QUESTION_LABEL_TOKENS} tokens less the {QUESTION_LABEL_TOKENS}-token label)"
 
 
 def _set_dotted(data: dict[str, Any], parts: list[str], value: Any, key: str) -> None:
@@ -453,6 +501,12 @@ def _validate(data: Mapping[str, Any], source: str) -> Config:
                           fix="correct the key(s) above; defaults are in configs/default.yaml") from None
 
 
+#: RAGBUDGET_* variables that are not config overrides (read elsewhere); a tier's ``api_key_env`` and
+#: ``service.api_keys_env`` are allowed too. Any other RAGBUDGET_* name is an error naming it.
+NON_CONFIG_ENV = frozenset({"RAGBUDGET_API_KEYS", "RAGBUDGET_SERVE_CONFIG"})
+NON_CONFIG_ENV_PREFIXES = ("RAGBUDGET_NB_",)  # the notebooks' own switches
+
+
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """Nested dict from ``RAGBUDGET_A__B=value`` variables (YAML-parsed scalars)."""
     out: dict[str, Any] = {}
@@ -460,15 +514,34 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         if not name.startswith(ENV_PREFIX) or "__" not in name[len(ENV_PREFIX):]:
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        if any(not p for p in parts):
+            raise ConfigError(f"environment variable {name}: empty key between '__'",
+                              fix="use RAGBUDGET_SECTION__KEY, e.g. RAGBUDGET_RETRIEVAL__TOP_K=5")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
             value = raw
         cur = out
         for p in parts[:-1]:
-            cur = cur.setdefault(p, {})
+            nxt = cur.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"environment variable {name}: {p!r} is set both as a value and as a section",
+                                  fix="unset one of the two variables")
+            cur = nxt
         cur[parts[-1]] = value
     return out
+
+
+def _check_env_names(environ: Mapping[str, str], cfg: "Config") -> None:
+    """RAGBUDGET_* names that are neither overrides (``SECTION__KEY``) nor known variables: ConfigError.
+    (Overrides naming unknown keys fail validation, which names the key.)"""
+    allowed = set(NON_CONFIG_ENV) | {cfg.service.api_keys_env} | {t.api_key_env for t in cfg.llm.tiers if t.api_key_env}
+    bad = sorted(n for n in environ if n.startswith(ENV_PREFIX) and "__" not in n[len(ENV_PREFIX):]
+                 and n not in allowed and not n.startswith(NON_CONFIG_ENV_PREFIXES))
+    if bad:
+        raise ConfigError(f"unknown RAGBUDGET_* environment variable(s): {', '.join(bad)} (not a config override)",
+                          fix="overrides use '__' between levels, e.g. RAGBUDGET_RETRIEVAL__TOP_K=5; unset the "
+                              "variable if it is not meant for ragbudget")
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -485,21 +558,33 @@ def load_config(path: str | os.PathLike[str] | None = None,
                 environ: Mapping[str, str] | None = None) -> Config:
     """Load a YAML config (``None``: the built-in defaults, which ``configs/default.yaml`` spells out),
     then apply env overrides. ``environ`` defaults to ``os.environ``; pass ``{}`` to ignore it.
+
+    An override replaces one value of the *complete* configuration (file or defaults): the other fields of
+    its section keep their values. Unknown RAGBUDGET_* names and unknown keys are errors naming them.
     """
-    env = env_overrides(os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    env = env_overrides(environ)
     if path is None:
-        return _validate(env, source="defaults" + (" + RAGBUDGET_* environment" if env else ""))
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}", fix="pass --config with an existing YAML file")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{p} is not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: top level must be a mapping of sections")
-    source = str(p) + (" + RAGBUDGET_* environment" if env else "")
-    return _validate(_deep_merge(data, env), source=source)
+        base, source = Config(), "defaults"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}", fix="pass --config with an existing YAML file")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{p} is not valid YAML: {err}",
+                              fix="fix the YAML syntax at the line and column named above") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: top level must be a mapping of sections",
+                              fix="start the file with section names, e.g. 'budget:' (see configs/default.yaml)")
+        base, source = _validate(data, source=str(p)), str(p)
+    cfg = base
+    if env:
+        # deep-merge into the complete config, so one field's override keeps its section's other values
+        cfg = _validate(_deep_merge(base.model_dump(), env), source=source + " + RAGBUDGET_* environment")
+    _check_env_names(environ, cfg)
+    return cfg
 
 
 def dump_config(cfg: Config, path: str | os.PathLike[str]) -> None:

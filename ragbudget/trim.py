@@ -97,6 +97,8 @@ class SentencePlan:
     scores: list[list[float]]
     chunk_tokens: list[int]
     term_sets: list[list[frozenset[str]]] = field(default_factory=list)
+    lexical: list[list[float]] = field(default_factory=list)  # share of the question's term weight held
+    query_weights: dict[str, float] = field(default_factory=dict)  # question term → idf
 
     @classmethod
     def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
@@ -120,19 +122,22 @@ class SentencePlan:
             dense = [0.5 * chunk_rel[ci] for ci, ss in enumerate(sents) for _ in ss]
         terms = terms or _default_terms()
         flat_sets = [frozenset(terms(x)) for x in flat]
-        lex = _lexical(query, sents, flat_sets, terms, term_weights)
+        q_terms = list(dict.fromkeys(terms(query)))
+        q_weights = _weights(q_terms, sents, terms, term_weights)
+        lex = _lexical(q_terms, flat_sets, q_weights)
         order = _retrieval_ranks(items)
-        tokens, scores, term_sets, k = [], [], [], 0
+        tokens, scores, term_sets, lexical, k = [], [], [], [], 0
         for ci, ss in enumerate(sents):
             prior = cfg.rank_prior / (1.0 + order[ci] / 3.0)
             tokens.append(list(counts[k:k + len(ss)]))
             term_sets.append(flat_sets[k:k + len(ss)])
+            lexical.append(lex[k:k + len(ss)])
             scores.append([cfg.sentence_weight * dense[k + j] + cfg.lexical_weight * lex[k + j] + prior
                            for j in range(len(ss))])
             k += len(ss)
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
-                   term_sets=term_sets)
+                   term_sets=term_sets, lexical=lexical, query_weights=q_weights)
 
     def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
              overhead_per_chunk: int = 0) -> TrimResult:
@@ -161,38 +166,74 @@ class SentencePlan:
         used = 0
         truncated: set[int] = set()
         stop, note, skipped = "exhausted", "", 0
+        q_total = sum(self.query_weights.values())
+        covered: set[str] = set()
+
+        def add(ci: int, jj: int) -> bool:
+            """Put sentence jj of chunk ci in if it is new and fits; False when it did not fit."""
+            nonlocal used
+            text = self.sentences[ci][jj]
+            key = " ".join(text.split()).lower()
+            if key in seen or self._near_duplicate(ci, jj, kept_sets, cfg.duplicate_similarity):
+                return True
+            cost = self.tokens[ci][jj] + 1 + (overhead_per_chunk if ci not in chosen else 0)
+            if used + cost > budget:
+                return False
+            chosen.setdefault(ci, {})[jj] = text
+            seen.add(key)
+            if self.term_sets:
+                kept_sets.append(self.term_sets[ci][jj])
+                covered.update(t for t in self.term_sets[ci][jj] if t in self.query_weights)
+            used += cost
+            return True
+
         for sc, ci, j in cand:
             if used and sc < floor:
                 stop = "evidence"
                 note = (f"evidence ran out: next sentence scored {sc:.2f} < {cfg.evidence_floor:g} × best "
                         f"{best:.2f}")
                 break
+            if used and cfg.adaptive and q_total > 0 and sc < cfg.coverage_floor * best:
+                cov = sum(self.query_weights[t] for t in covered) / q_total
+                if cov >= cfg.coverage_stop:
+                    stop = "evidence"
+                    note = (f"question covered: the context holds {cov:.0%} of the question's term weight and "
+                            f"the next sentence scored {sc:.2f} < {cfg.coverage_floor:g} × best {best:.2f}")
+                    break
             w = cfg.sentence_window if sc >= wfloor else 0
             n = len(self.sentences[ci])
             for jj in [j] + [x for x in range(j - w, j + w + 1) if x != j and 0 <= x < n]:
-                text = self.sentences[ci][jj]
-                key = " ".join(text.split()).lower()
-                if key in seen or self._near_duplicate(ci, jj, kept_sets, cfg.duplicate_similarity):
+                if add(ci, jj):
                     continue
-                cost = self.tokens[ci][jj] + 1 + (overhead_per_chunk if ci not in chosen else 0)
-                if used + cost <= budget:
-                    chosen.setdefault(ci, {})[jj] = text
-                    seen.add(key)
-                    if self.term_sets:
-                        kept_sets.append(self.term_sets[ci][jj])
-                    used += cost
-                elif jj == j and not chosen and cost > budget:
+                text = self.sentences[ci][jj]
+                cost = self.tokens[ci][jj] + 1 + overhead_per_chunk
+                if jj == j and not chosen and cost > budget:
                     # the best sentence alone exceeds the whole budget: the one case where we cut a sentence
                     room = budget - used - 1 - overhead_per_chunk
                     if room >= MIN_TRUNCATED_TOKENS:
                         chosen[ci] = {j: tokenizer.truncate(text, room)}
-                        seen.add(key)
+                        seen.add(" ".join(text.split()).lower())
                         used += room + 1 + overhead_per_chunk
                         truncated.add(ci)
                 elif jj == j:
                     skipped += 1
         if stop == "exhausted" and skipped:
             stop, note = "budget", f"budget full: {skipped} relevant sentences did not fit in {budget} tokens"
+        # Parent of the best sentence: when that sentence alone holds little of the question (the answer is
+        # likely a neighbour the question does not echo), its whole chunk goes in if it takes at most
+        # parent_share of the budget.
+        top = cand[0][1]
+        best_lex = self.lexical[top][cand[0][2]] if self.lexical else 1.0
+        if (cfg.parent_share > 0 and top not in truncated and best_lex < cfg.parent_confidence
+                and self.chunk_tokens[top] + overhead_per_chunk <= cfg.parent_share * budget
+                and len(chosen.get(top, {})) < len(self.sentences[top])):
+            before = used
+            for jj in range(len(self.sentences[top])):
+                add(top, jj)
+            if used > before:
+                note = (note + "; " if note else "") + (
+                    f"whole chunk of the best sentence added ({used - before} tokens): that sentence holds "
+                    f"{best_lex:.0%} of the question's term weight")
         return self._result(chosen, used, cfg, truncated, stop=stop, note=note)
 
     def _near_duplicate(self, ci: int, j: int, kept: list[frozenset[str]], threshold: float) -> bool:
@@ -260,21 +301,23 @@ def _default_terms() -> TermsFn:
     return Analyzer(BM25Config()).terms
 
 
-def _lexical(query: str, sents: list[list[str]], sets: Sequence[frozenset[str]], terms: TermsFn,
-             weights: WeightsFn | None) -> list[float]:
-    """Per sentence (``sets``: its terms), the share of the question's term weight it contains (0 … 1)."""
-    q = list(dict.fromkeys(terms(query)))
-    if not q or not sets:
-        return [0.0] * len(sets)
+def _weights(q: Sequence[str], sents: list[list[str]], terms: TermsFn,
+             weights: WeightsFn | None) -> dict[str, float]:
+    """Each question term's weight: the index's idf, or idf over the candidate chunks themselves."""
+    if not q:
+        return {}
     if weights is not None:
-        w = {t: max(float(v), 0.0) for t, v in weights(q).items()}
-    else:  # idf over the candidate chunks themselves
-        chunk_sets = [set(terms(" ".join(ss))) for ss in sents]
-        n = len(chunk_sets)
-        w = {t: float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
-             for t in q for df in [sum(1 for cs in chunk_sets if t in cs)]}
+        return {t: max(float(v), 0.0) for t, v in weights(q).items()}
+    chunk_sets = [set(terms(" ".join(ss))) for ss in sents]
+    n = len(chunk_sets)
+    return {t: float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
+            for t in q for df in [sum(1 for cs in chunk_sets if t in cs)]}
+
+
+def _lexical(q: Sequence[str], sets: Sequence[frozenset[str]], w: Mapping[str, float]) -> list[float]:
+    """Per sentence (``sets``: its terms), the share of the question's term weight it contains (0 … 1)."""
     total = sum(w.get(t, 0.0) for t in q)
-    if total <= 0:
+    if not q or not sets or total <= 0:
         return [0.0] * len(sets)
     return [sum(w.get(t, 0.0) for t in q if t in st) / total for st in sets]
 

@@ -91,11 +91,11 @@ def test_budget_is_a_ceiling_not_a_target(scorer):
 def test_window_brings_the_neighbour_of_the_best_sentence(scorer):
     """'It is 777 kilometres long' needs 'The Seine flows through Paris' for its referent."""
     r = trim_chunks("How many kilometres long is it?", items()[1:2], 4000, TOK, scorer,
-                    TrimConfig(sentence_window=1, window_floor=0.0, evidence_floor=1.0))
+                    TrimConfig(sentence_window=1, window_floor=0.0, evidence_floor=1.0, parent_share=0))
     text = r.kept[0].chunk.text
     assert "777 kilometres" in text and "The Seine flows through Paris" in text
     alone = trim_chunks("How many kilometres long is it?", items()[1:2], 4000, TOK, scorer,
-                        TrimConfig(sentence_window=0, evidence_floor=1.0))
+                        TrimConfig(sentence_window=0, evidence_floor=1.0, parent_share=0))
     assert alone.kept[0].chunk.text.count(".") == 1
 
 
@@ -121,3 +121,16 @@ def test_near_duplicate_sentences_are_sent_once(scorer):
                       TrimConfig(adaptive=False, sentence_window=0, duplicate_similarity=1.0))
     both = " ".join(s.chunk.text for s in off.kept)
     assert one in both and two in both
+
+
+def test_parent_chunk_comes_whole_when_the_best_sentence_does_not_echo_the_question(scorer):
+    """'Which bridges are famous?' finds one sentence holding half its terms: that sentence's chunk (the
+    parent) goes in whole, and the result says so. A best sentence holding every question term, or a chunk
+    over parent_share of the budget, gets sentences only."""
+    cfg = TrimConfig(sentence_window=0, evidence_floor=1.0)
+    weak = trim_chunks("Which bridges are famous?", items()[1:2], 400, TOK, scorer, cfg)
+    assert weak.kept[0].chunk.text == RIVER and "whole chunk of the best sentence" in weak.stop_note
+    strong = trim_chunks("Which bridges cross the river centre?", items()[1:2], 400, TOK, scorer, cfg)
+    assert "777" not in strong.kept[0].chunk.text
+    small = trim_chunks("Which bridges are famous?", items()[1:2], 40, TOK, scorer, cfg)
+    assert "777" not in small.kept[0].chunk.text  # the chunk is over parent_share × 40 tokens
