@@ -5,7 +5,10 @@ several top-k, same embedder, same data, same run (issue 16).
 
 Sets: ``squad2`` as shipped (one paragraph per record); ``squad2-long`` (its paragraphs grouped by topic
 into documents of up to ~3,000 tokens, see :mod:`ragbudget.eval.longdocs`); ``squad2-mixed`` (shuffled into
-documents of up to ~1,500 tokens). Questions and answers are unchanged. ragbudget: the built-in defaults
+documents of up to ~1,500 tokens); ``canard-dialogs`` (CANARD: one document per QuAC dialog holding its
+answers, the first 400 follow-ups as their human rewrites, the answer's first sentence as the answer; see
+:mod:`ragbudget.eval.followups`) — answers that do not echo the question's words. Questions and answers are
+unchanged. ragbudget: the built-in defaults
 (or ``--config``), the retrieved budget swept; LlamaIndex: ``SentenceSplitter()`` (1024/200), in-memory
 ``VectorStoreIndex``, dense top-k, whole chunks. Context tokens = cl100k tokens of the joined context text.
 """
@@ -22,6 +25,8 @@ from ragbudget.config import Config, load_config
 from ragbudget.embed import EmbeddingCache, SentenceTransformerEmbedder
 from ragbudget.eval.answers import evaluate_answers, load_questions
 from ragbudget.eval.baseline import build_baseline, eval_answers, read_corpus
+from ragbudget.eval.followups import followup_set
+from ragbudget.eval.history_eval import load_canard
 from ragbudget.eval.longdocs import build_long_documents
 from ragbudget.rerank import make_reranker
 from ragbudget.tokens import Tokenizer
@@ -43,6 +48,18 @@ def curve(folder: Path, cfg: Config, emb: SentenceTransformerEmbedder) -> dict[s
     return {"ragbudget": ours, "llamaindex": li}
 
 
+def canard_set(src: Path, out: Path, n: int = 400) -> Path:
+    corpus, questions = followup_set(load_canard(src))
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for rec in corpus:
+            f.write(json.dumps(rec) + "\n")
+    with (out / "questions.jsonl").open("w", encoding="utf-8") as f:
+        for i, q in enumerate(questions[:n]):
+            f.write(json.dumps({"_id": str(i), "text": q["gold"], "answers": q["answers"]}) + "\n")
+    return out
+
+
 def verdict(res: dict[str, list[dict[str, float]]]) -> list[str]:
     """Per LlamaIndex point: the cheapest ragbudget point with at least its answer-in-context."""
     out = []
@@ -60,6 +77,7 @@ def verdict(res: dict[str, list[dict[str, float]]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data/eval", help="folder holding squad2/")
+    ap.add_argument("--canard", default="../shared/data/canard", help="CANARD folder (dev.json)")
     ap.add_argument("--config", default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -72,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                 "squad2-long": Path(build_long_documents(squad, Path(tmp) / "long", tokens=3000, group="topic",
                                                          embedder=emb)["out"]),
                 "squad2-mixed": Path(build_long_documents(squad, Path(tmp) / "mixed", tokens=1500,
-                                                          group="random")["out"])}
+                                                          group="random")["out"]),
+                "canard-dialogs": canard_set(Path(args.canard), Path(tmp) / "canard")}
         for name, folder in sets.items():
             res = curve(folder, cfg, emb)
             results[name] = res
