@@ -319,13 +319,11 @@ class SemanticCacheConfig(_Section):
     guard_entities: bool = True
     guard_negation: bool = True
     guard_content: bool = True
-    max_unmatched_words: int = Field(1, ge=0)  # content guard: extra words allowed per side...
+    max_unmatched_words: int = Field(0, ge=0)  # content guard: extra words allowed per side...
     max_unmatched_ratio: float = Field(0.2, ge=0, le=1)  # ...or this share of that side's content words
     # Contrast verifier (ragbudget/cache/contrast.py, issue 13): the words in which two questions differ
     # must be evidence of the same question (antonyms, degree, direction, units, roles, substitutions).
     guard_contrast: bool = True
-    # MiniLM cosine of two substituted words that counts as synonym evidence (1.0 = lexicon only).
-    word_similarity: float = Field(1.0, ge=0, le=1)
     max_entries: int = Field(10000, ge=1)
 
 

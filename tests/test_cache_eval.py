@@ -37,11 +37,15 @@ def test_load_pairs_rejects_bad_files(tmp_path: Path):
 def test_rates_follow_threshold_and_guards(subset: Path, embedder):
     pairs = load_pairs(subset)
     assert len(pairs) == 80
-    rows = evaluate_pairs(pairs, embedder, SemanticCacheConfig(), thresholds=[0.5, 0.8, 0.95, 1.0])
+    # MRPC news pairs almost never pass the contrast verifier (BENCHMARKS.md, issue 13); the threshold
+    # and guard mechanics are checked with the issue-5 guards
+    rows = evaluate_pairs(pairs, embedder, SemanticCacheConfig(guard_contrast=False), thresholds=[0.5, 0.8, 0.95, 1.0])
     hits = [r["hit_rate"] for r in rows]
     assert hits == sorted(hits, reverse=True) and hits[0] > 0 and rows[-1]["false_hit_rate"] == 0
     assert rows[0]["positives"] + rows[0]["negatives"] == 80
     (unguarded,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig(guards=False), thresholds=[0.5])
+    (verified,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig(), thresholds=[0.5])
+    assert verified["false_hit_rate"] <= rows[0]["false_hit_rate"]
     assert unguarded["hit_rate"] > rows[0]["hit_rate"]  # the guards veto some cosine matches
     assert unguarded["false_hit_rate"] > rows[0]["false_hit_rate"]
     assert rows[0]["rejected_by_guard"] > 0 and unguarded["rejected_by_guard"] == 0

@@ -130,7 +130,9 @@ def test_semantic_paraphrase_hits(semantic):
      "entities"),
     ("Seven Air Force Academy cadets face punishment for allegedly drinking with two high school girls.",
      "Seven Air Force Academy cadets face punishment for drinking with two high school girls in the latest "
-     "incident to embarrass the academy.", "content"),  # MRPC train, labelled "not a paraphrase"
+     "incident to embarrass the academy.", "substitution"),  # MRPC train, labelled "not a paraphrase";
+    # "allegedly" dropped and a clause added: the contrast verifier sees an unexplained substitution
+    # (with guard_contrast off the content guard rejects it, see test_content_guard_without_contrast)
 ])
 def test_semantic_guards_reject_close_but_different_questions(semantic, stored, asked, guard):
     semantic.store(SCOPE, stored, make_answer(stored).to_dict())
@@ -138,6 +140,13 @@ def test_semantic_guards_reject_close_but_different_questions(semantic, stored, 
     assert guards.check(stored, asked) == guard
     assert semantic.lookup(SCOPE, asked) is None
     assert semantic.stats.rejected_by_guard == 1
+
+
+def test_content_guard_without_contrast():
+    stored = "Seven Air Force Academy cadets face punishment for allegedly drinking with two high school girls."
+    asked = ("Seven Air Force Academy cadets face punishment for drinking with two high school girls in the "
+             "latest incident to embarrass the academy.")
+    assert guards.check(stored, asked, guards.GuardSettings(contrast=False)) == "content"
 
 
 def test_verifier_hook_has_the_last_word(embedder):

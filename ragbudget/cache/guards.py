@@ -7,15 +7,21 @@ semantic hit is rejected when the stored and the new question differ in
 - named entities (capitalised tokens not opening a sentence, acronyms; "Gmail" ≠ "Outlook"),
 - negation ("not", "no", "never", "n't", "without", ...),
 - content: too many content words (stemmed, stopwords removed) on either side that the other lacks —
-  the typical false paraphrase adds or drops a clause ("... although it is first among 18-49s").
+  the typical false paraphrase adds or drops a clause ("... although it is first among 18-49s"),
+- contrast (:mod:`ragbudget.cache.contrast`, on by default): the words in which the two differ must be
+  evidence of the same question — antonyms, comparatives, direction, units, currencies, tense, swapped
+  roles and unexplained word substitutions are rejected (returns "contrast", "role_swap",
+  "substitution"; with it on, the content guard counts words after fillers and synonyms are removed).
 
-Every check is a pure function of the two texts; :func:`check` returns the first failing guard's name.
+Every check is a pure function of the two texts (the contrast check may also consult an optional
+word-similarity callable); :func:`check` returns the first failing guard's name.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from ..stemming import stem
 
@@ -65,8 +71,9 @@ class GuardSettings:
     content: bool = True
     # Content guard: a side fails when more than ``max_unmatched`` of its content words are missing
     # from the other side AND they are more than ``max_unmatched_ratio`` of its content words.
-    max_unmatched: int = 1
+    max_unmatched: int = 0
     max_unmatched_ratio: float = 0.2
+    contrast: bool = True
 
 
 def _stem(word: str) -> str:
@@ -141,14 +148,24 @@ def _side_unmatched(mine: frozenset[str], other: frozenset[str], s: GuardSetting
     return missing > s.max_unmatched and missing > s.max_unmatched_ratio * max(len(mine), 1)
 
 
-def check(stored: str, new: str, settings: GuardSettings = GuardSettings()) -> str | None:
-    """Name of the first guard that rejects serving ``stored``'s answer for ``new``; None if all pass."""
+def check(stored: str, new: str, settings: GuardSettings = GuardSettings(),
+          similarity: Callable[[str, str], float] | None = None) -> str | None:
+    """Name of the first guard that rejects serving ``stored``'s answer for ``new``; None if all pass.
+
+    ``similarity(word_a, word_b)`` is the optional word-embedding evidence of the contrast check."""
     if settings.numbers and numbers(stored) != numbers(new):
         return "numbers"
     if settings.negation and negation_count(stored) != negation_count(new):
         return "negation"
     if settings.entities and (_unmentioned(entities(stored), new) or _unmentioned(entities(new), stored)):
         return "entities"
+    if settings.contrast:
+        from . import contrast  # imports this module's word lists
+
+        big = 1 << 30
+        cs = contrast.ContrastSettings(max_unmatched=settings.max_unmatched if settings.content else big,
+                                       max_unmatched_ratio=settings.max_unmatched_ratio if settings.content else 1.0)
+        return contrast.check(stored, new, cs, similarity)
     if settings.content:
         a, b = content_words(stored), content_words(new)
         if _side_unmatched(a, b, settings) or _side_unmatched(b, a, settings):

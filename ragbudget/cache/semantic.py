@@ -42,7 +42,8 @@ def guard_settings(config: SemanticCacheConfig) -> guards.GuardSettings:
     return guards.GuardSettings(numbers=on and config.guard_numbers, entities=on and config.guard_entities,
                                 negation=on and config.guard_negation, content=on and config.guard_content,
                                 max_unmatched=config.max_unmatched_words,
-                                max_unmatched_ratio=config.max_unmatched_ratio)
+                                max_unmatched_ratio=config.max_unmatched_ratio,
+                                contrast=on and config.guard_contrast)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..config import load_config
 from ..embed import SentenceTransformerEmbedder
 from ..errors import ConfigError
-from ..eval.cache_eval import evaluate_pairs, load_pairs
+from ..eval.cache_eval import evaluate_pairs, load_pairs, select
 
 
 def _thresholds(text: str) -> list[float]:
@@ -34,12 +34,14 @@ def _run(args: argparse.Namespace) -> int:
         sem = sem.model_copy(update={"threshold": args.threshold})
     if args.no_guards:
         sem = sem.model_copy(update={"guards": False})
-    pairs = load_pairs(args.pairs)
+    if args.no_contrast:
+        sem = sem.model_copy(update={"guard_contrast": False})
+    pairs = select(load_pairs(args.pairs), args.split)
     embedder = SentenceTransformerEmbedder(cfg.embedding.model_copy(update={"cache": False}))
     if args.sweep:
         rows = evaluate_pairs(pairs, embedder, sem, thresholds=_thresholds(args.sweep))
         table = Table(title=f"semantic cache on {args.pairs} ({len(pairs)} pairs, guards "
-                            f"{'on' if sem.guards else 'off'})")
+                            f"{'on' if sem.guards else 'off'}, contrast {'on' if sem.guard_contrast else 'off'})")
         for col in ("threshold", "hit_rate", "false_hit_rate", "rejected_by_guard"):
             table.add_column(col, justify="right")
         for r in rows:
@@ -54,7 +56,10 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(r))
     else:
         print(f"pairs {r['pairs']}  threshold {r['threshold']:.3f}  hit_rate {r['hit_rate']:.3f}  "
-              f"false_hit_rate {r['false_hit_rate']:.4f}  (guards {'on' if sem.guards else 'off'})")
+              f"false_hit_rate {r['false_hit_rate']:.4f}  (guards {'on' if sem.guards else 'off'}, "
+              f"contrast {'on' if sem.guard_contrast else 'off'})")
+        for kind, k in r.get("by_kind", {}).items():
+            print(f"  {kind:<24} {k['hits']:>4} hits of {k['pairs']}")
     return 0
 
 
@@ -64,5 +69,8 @@ def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", type=float, default=None, help="cosine threshold (default: config)")
     p.add_argument("--sweep", default=None, help="comma-separated thresholds, printed as a table")
     p.add_argument("--no-guards", action="store_true", help="cosine only (to see what the guards add)")
+    p.add_argument("--no-contrast", action="store_true", help="guards without the contrast verifier")
+    p.add_argument("--split", default=None,
+                   help="evaluate a subset: even or odd rows, or a value of the pairs file's split column")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.set_defaults(handler=_run)

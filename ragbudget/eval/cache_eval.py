@@ -3,6 +3,10 @@
 For each pair, ``text_a`` is stored (in a scope of its own) and ``text_b`` looked up through the real
 :class:`~ragbudget.cache.SemanticResponseCache` (same threshold, guards and verifier as in service).
 ``hit_rate`` is over label-1 pairs (right hits), ``false_hit_rate`` over label-0 pairs (wrong answers).
+
+Optional extra columns ``kind`` and ``split`` (as in ``tests/data/near_miss_pairs.tsv``) give a per-kind
+breakdown (``by_kind``) and a subset (:func:`select`: a split name, or ``even``/``odd`` rows, the
+tuning / held-out halves used for MRPC).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ class Pair:
     label: int
     text_a: str
     text_b: str
+    kind: str = ""
+    split: str = ""
 
 
 def load_pairs(path: str | Path) -> list[Pair]:
@@ -43,10 +49,25 @@ def load_pairs(path: str | Path) -> list[Pair]:
                 continue
             if len(row) < 3 or row[0].strip() not in ("0", "1"):
                 raise IngestError(f"{p}:{n}: expected 'label(0|1)<TAB>text_a<TAB>text_b', got {row[:3]!r}")
-            pairs.append(Pair(int(row[0]), row[1], row[2]))
+            extra = dict(zip([h.strip() for h in header[3:]], row[3:]))
+            pairs.append(Pair(int(row[0]), row[1], row[2], extra.get("kind", ""), extra.get("split", "")))
     if not pairs:
         raise IngestError(f"{p}: no pairs after the header")
     return pairs
+
+
+def select(pairs: Sequence[Pair], split: str | None) -> list[Pair]:
+    """The pairs of one split: ``even`` / ``odd`` rows (1st, 3rd, ... / 2nd, 4th, ...), or a ``split``
+    column value; None or ``all``: every pair. An empty selection is an IngestError."""
+    if split in (None, "all"):
+        return list(pairs)
+    if split in ("even", "odd"):
+        out = list(pairs[0 if split == "even" else 1::2])
+    else:
+        out = [p for p in pairs if p.split == split]
+    if not out:
+        raise IngestError(f"no pairs in split {split!r}", fix="use all, even, odd or a value of the split column")
+    return out
 
 
 def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embedder,
@@ -55,6 +76,7 @@ def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embe
                                   config.model_copy(update={"max_entries": len(pairs) + 1}), verifier=verifier)
     hits = {0: 0, 1: 0}
     totals = {0: 0, 1: 0}
+    kinds: dict[str, list[int]] = {}  # kind -> [pairs, hits]
     for i, (p, a, b) in enumerate(zip(pairs, va, vb)):
         scope = ResponseScope(tenant=f"pair-{i}", index_version="eval", prompt_version="eval", model_tier="eval",
                               max_tokens=0)
@@ -62,11 +84,18 @@ def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embe
         hit = cache.lookup(scope, p.text_b, embedding=b)
         totals[p.label] += 1
         hits[p.label] += int(hit is not None)
-    return {"threshold": config.threshold, "guards": config.guards,
+        if p.kind:
+            k = kinds.setdefault(f"{p.label}:{p.kind}", [0, 0])
+            k[0] += 1
+            k[1] += int(hit is not None)
+    out = {"threshold": config.threshold, "guards": config.guards, "contrast": config.guard_contrast,
             "hit_rate": hits[1] / totals[1] if totals[1] else 0.0,
             "false_hit_rate": hits[0] / totals[0] if totals[0] else 0.0,
             "pairs": len(pairs), "positives": totals[1], "negatives": totals[0],
             "rejected_by_guard": cache.stats.rejected_by_guard}
+    if kinds:
+        out["by_kind"] = {k: {"pairs": n, "hits": h} for k, (n, h) in sorted(kinds.items())}
+    return out
 
 
 def evaluate_pairs(pairs: Sequence[Pair], embedder: Embedder, config: SemanticCacheConfig | None = None, *,
