@@ -99,7 +99,7 @@ def squad(base: Config, work: Path, emb: SentenceTransformerEmbedder, limit: int
         ours = _pipeline_run(rag, [q["text"] for q in qs], [q["answers"] for q in qs])
     finally:
         rag.close()
-    base = eval_answers(build_baseline(read_corpus(folder / "corpus.jsonl"), emb), qs, Tokenizer())
+    base = eval_answers(build_baseline(read_corpus(folder / "corpus.jsonl"), emb, fresh_queries=True), qs, Tokenizer())
     return {"ragbudget": ours, "llamaindex": base}
 
 
@@ -115,7 +115,7 @@ def cranfield(base: Config, work: Path, emb: SentenceTransformerEmbedder, pipeli
     finally:
         rag.close()
     ours["ndcg@10"] = round(sum(nd) / len(nd), 4)
-    base_index = build_baseline(read_corpus(folder / "corpus.jsonl"), emb)
+    base_index = build_baseline(read_corpus(folder / "corpus.jsonl"), emb, fresh_queries=True)
     base = eval_retrieval(base_index, {q: beir.queries[q] for q in qids}, beir.qrels, k=10)
     tok = Tokenizer()
     default_ctx = [tok.count(base_index.context(beir.queries[q])) for q in qids[:pipeline_queries]]
