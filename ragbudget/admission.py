@@ -27,12 +27,11 @@ import time
 from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator, Literal, Protocol
+from typing import AsyncIterator, Literal
 
-import redis
-
+from .buckets import Buckets, MemoryBuckets, RedisBuckets, make_buckets
 from .config import AdmissionConfig, LimitsConfig, TenantConfig
-from .errors import AdmissionError, ConfigError
+from .errors import AdmissionError
 
 log = logging.getLogger(__name__)
 
@@ -40,91 +39,6 @@ Priority = Literal["interactive", "batch"]
 PRIORITIES: dict[str, int] = {"interactive": 0, "batch": 1}
 LEVEL_NAMES = ("normal", "smaller_retrieved_budget", "skip_rerank", "smaller_model", "cached_or_extractive",
                "reject")
-
-
-# --------------------------------------------------------------------------------------------- buckets
-
-class Buckets(Protocol):
-    """Token buckets keyed by a string: take ``cost`` tokens or say how long until they are there."""
-
-    def take(self, key: str, cost: float, rate: float, burst: float) -> tuple[bool, float]:
-        """``(allowed, retry_after_s)``; ``cost`` above ``burst`` is clamped to ``burst``."""
-        ...
-
-
-class MemoryBuckets:
-    """In-process buckets (one replica). Thread-safe."""
-
-    def __init__(self) -> None:
-        self._state: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, key: str, cost: float, rate: float, burst: float) -> tuple[bool, float]:
-        cost = min(cost, burst)
-        now = time.monotonic()
-        with self._lock:
-            tokens, ts = self._state.get(key, (burst, now))
-            tokens = min(burst, tokens + max(0.0, now - ts) * rate)
-            if tokens >= cost:
-                self._state[key] = (tokens - cost, now)
-                return True, 0.0
-            self._state[key] = (tokens, now)
-            return False, (cost - tokens) / rate
-
-
-# Runs atomically in Redis; uses the server clock so replicas with skewed clocks share one limit.
-_LUA_TAKE = """
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = math.min(tonumber(ARGV[3]), burst)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(st[1])
-local ts = tonumber(st[2])
-if tokens == nil then tokens = burst; ts = now end
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
-local allowed = 0
-local retry = 0
-if tokens >= cost then tokens = tokens - cost; allowed = 1 else retry = (cost - tokens) / rate end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
-return {allowed, tostring(retry)}
-"""
-
-
-class RedisBuckets:
-    """Buckets shared by every replica through one Redis (a Lua script makes each take atomic).
-
-    If Redis cannot be reached the limit falls back to an in-process bucket for that call (logged, and
-    counted in :attr:`fallbacks`): a cache outage must not take the API down.
-    """
-
-    def __init__(self, url: str, *, prefix: str = "ragbudget:rl:", timeout_s: float = 0.25,
-                 client: redis.Redis | None = None) -> None:
-        self.prefix = prefix
-        self.client = client or redis.Redis.from_url(url, socket_timeout=timeout_s,
-                                                     socket_connect_timeout=timeout_s)
-        self._script = self.client.register_script(_LUA_TAKE)
-        self._fallback = MemoryBuckets()
-        self.fallbacks = 0
-
-    def take(self, key: str, cost: float, rate: float, burst: float) -> tuple[bool, float]:
-        try:
-            allowed, retry = self._script(keys=[self.prefix + key], args=[rate, burst, cost])
-        except redis.RedisError as err:
-            self.fallbacks += 1
-            log.warning("admission: redis unavailable (%s); using the in-process limit", err)
-            return self._fallback.take(key, cost, rate, burst)
-        return bool(int(allowed)), float(retry)
-
-
-def make_buckets(cfg: AdmissionConfig) -> Buckets:
-    if cfg.backend == "memory":
-        return MemoryBuckets()
-    if cfg.backend == "redis":
-        return RedisBuckets(cfg.redis_url, prefix=cfg.key_prefix, timeout_s=cfg.redis_timeout_s)
-    raise ConfigError(f"service.admission.backend: unknown backend {cfg.backend!r}", fix="memory or redis")
 
 
 # ---------------------------------------------------------------------------------------------- ladder
@@ -344,6 +258,16 @@ class AdmissionController:
             raise AdmissionError(f"tenant {tenant!r} is over {t.tokens_per_s:g} tokens/s",
                                  retry_after_s=retry, fix="slow down or raise tokens_per_s for the tenant")
 
+    def settle(self, tenant: str, *, charged: int, actual: int) -> None:
+        """After the answer: give back what the estimate charged over the actual tokens (or take the rest)."""
+        t = self.tenants.get(tenant)
+        if t is None or not self.cfg.enabled:
+            return
+        charged = min(max(1, charged), t.token_burst)
+        delta = charged - max(0, actual)
+        if delta:
+            self.buckets.adjust(f"{tenant}:tok", float(delta), t.tokens_per_s, t.token_burst)
+
     def check(self, tenant: str, priority: str = "interactive", est_tokens: int = 1) -> None:
         """The instant refusals: unknown priority, shed by level, rate limits, full queue (429)."""
         if priority not in PRIORITIES:
@@ -394,3 +318,7 @@ class AdmissionController:
         """Feed a TTFT measured from arrival (queue wait included) into the ladder."""
         if ms is not None:
             self.ladder.record_ttft(ms)
+
+
+__all__ = ["LEVEL_NAMES", "PRIORITIES", "AdmissionController", "Buckets", "DegradeLadder", "MemoryBuckets",
+           "PriorityLimiter", "RedisBuckets", "SlidingWindow", "Ticket", "make_buckets"]

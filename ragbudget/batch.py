@@ -70,18 +70,21 @@ def parse_item(obj: Any, where: str) -> BatchItem:
     if not isinstance(qid, (str, int)) or isinstance(qid, bool) or str(qid) == "":
         raise QueryError(f"{where}: 'id' must be a non-empty string", fix="give every line a unique id")
     if not isinstance(q, str) or not q.strip():
-        raise QueryError(f"{where}: 'question' must be a non-empty string")
+        raise QueryError(f"{where}: 'question' must be a non-empty string",
+                         fix='give the line a "question" with at least one word')
     hist = obj.get("history") or []
     if not isinstance(hist, list) or not all(
             isinstance(h, dict) and h.get("role") in ("user", "assistant", "system")
             and isinstance(h.get("content"), str) for h in hist):
-        raise QueryError(f"{where}: 'history' must be a list of {{role, content}}")
+        raise QueryError(f"{where}: 'history' must be a list of {{role, content}}",
+                         fix='send "history": [{"role": "user", "content": "..."}] or leave it out')
     mt = obj.get("max_tokens")
     if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
-        raise QueryError(f"{where}: 'max_tokens' must be a positive integer")
+        raise QueryError(f"{where}: 'max_tokens' must be a positive integer",
+                         fix="send a whole number ≥ 1, or leave max_tokens out for the mode's cap")
     for key in ("mode", "index"):
         if obj.get(key) is not None and not isinstance(obj[key], str):
-            raise QueryError(f"{where}: {key!r} must be a string")
+            raise QueryError(f"{where}: {key!r} must be a string", fix=f"send {key} as a string, or leave it out")
     return BatchItem(str(qid), q, obj.get("mode"), obj.get("index"),
                      tuple(Message(h["role"], h["content"]) for h in hist), mt)
 

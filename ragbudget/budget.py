@@ -44,7 +44,8 @@ def allocate(cfg: BudgetConfig, *, window: int | None = None, output_tokens: int
     """
     win = cfg.context_window if window is None else int(window)
     if win <= 0:
-        raise BudgetError(f"context window must be positive, got {win}")
+        raise BudgetError(f"context window must be positive, got {win}",
+                          fix="pass a window ≥ 1 (budget.context_window or the tier's context_window)")
     sizes = {n: section_limit(getattr(cfg, n), win) for n in SECTIONS}
     if output_tokens is not None:
         sizes["output"] = min(sizes["output"], max(int(output_tokens), 0))

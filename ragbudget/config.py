@@ -106,6 +106,9 @@ class IndexConfig(_Section):
     dir: str = "indexes"
     name: str = "default"
     lock_timeout_s: float = Field(600.0, ge=0)  # a second writer of one index waits this long, then fails
+    # JSONL record ids that repeat within one ingest: fail listing them (nothing replaced), or namespace
+    # every record id by its file ("sub/file.jsonl:ID")
+    record_ids: Literal["fail", "namespace"] = "fail"
 
 
 class RerankConfig(_Section):
@@ -150,10 +153,12 @@ class BudgetConfig(_Section):
         for n in names:
             s: SectionBudget = getattr(self, n)
             if s.cap is None and s.ratio is None:
-                raise BudgetConfigError(f"budget.{n}: set cap or ratio")
+                raise BudgetConfigError(f"budget.{n}: set cap or ratio",
+                                        fix=f"give budget.{n} a cap (tokens) or a ratio (share of the window)")
             fixed = s.cap if s.cap is not None else int(s.ratio * self.context_window)  # type: ignore[operator]
             if s.min > fixed:
-                raise BudgetConfigError(f"budget.{n}.min ({s.min}) exceeds its cap ({fixed})")
+                raise BudgetConfigError(f"budget.{n}.min ({s.min}) exceeds its cap ({fixed})",
+                                        fix=f"lower budget.{n}.min or raise its cap")
             if n in ("question", "output") and fixed < 1:
                 src = "cap" if s.cap is not None else f"ratio × context_window ({s.ratio} × {self.context_window})"
                 raise BudgetConfigError(f"budget.{n}: {src} gives {fixed} tokens; the {n} needs at least 1",
@@ -166,7 +171,8 @@ class BudgetConfig(_Section):
                 fix="lower a section's cap/ratio or raise budget.context_window")
         for a, b in self.lend:
             if a not in names or b not in names:
-                raise BudgetConfigError(f"budget.lend: unknown section in ({a!r}, {b!r}); use {names}")
+                raise BudgetConfigError(f"budget.lend: unknown section in ({a!r}, {b!r}); use {names}",
+                                        fix=f"name sections from {names} in budget.lend")
         return self
 
     def section_tokens(self, name: str) -> int:
@@ -347,6 +353,9 @@ class CacheConfig(_Section):
 
 class TenantConfig(_Section):
     name: str
+    # the folder this tenant may ingest from (relative to service.document_root, or absolute); None: the
+    # whole document_root. Give each tenant its own when tenants must not read each other's files.
+    document_root: str | None = None
     api_keys: list[str] = []
     indexes: list[str] = ["default"]
     requests_per_s: float = Field(20.0, gt=0)
@@ -404,6 +413,8 @@ class ServiceConfig(_Section):
     workers: int = Field(1, ge=1)
     auth: bool = False
     document_root: str = "."
+    # ingest refuses symbolic links (403 symlink_refused); true follows links that stay inside the root
+    follow_symlinks: bool = False
     api_keys_env: str = "RAGBUDGET_API_KEYS"  # "key:tenant,key2:tenant2" adds keys from the environment
     batch_dir: str = ".ragbudget/batches"
     max_batch_lines: int = Field(10000, ge=1)

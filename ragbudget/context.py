@@ -81,7 +81,8 @@ class ContextBuilder:
         q_tokens = self.tokenizer.count(question) + 4  # "Question: " label
         hist_full = fit_history(history, 10 ** 9, self.tokenizer, cfg.trim)  # validates and measures
         if not 0 <= retrieved_scale <= 1:
-            raise BudgetError(f"retrieved_scale must be in [0, 1], got {retrieved_scale}")
+            raise BudgetError(f"retrieved_scale must be in [0, 1], got {retrieved_scale}",
+                              fix="pass a share between 0 and 1 (0.5 halves the retrieved budget)")
         base = replace(base, retrieved=int(base.retrieved * retrieved_scale))
         alloc = lend(base, {"system": sys_used, "question": min(q_tokens, base.question),
                             "history": hist_full.used, "output": base.output}, cfg.budget.lend)
@@ -156,7 +157,8 @@ class ContextBuilder:
         out, seen = [], set()
         for s in retrieved or []:
             if not isinstance(s, Scored):
-                raise QueryError(f"retrieved items must be Scored, got {type(s).__name__}")
+                raise QueryError(f"retrieved items must be Scored, got {type(s).__name__}",
+                                 fix="pass the retriever's results (ragbudget.types.Scored) to build()")
             if not isinstance(s.chunk.text, str):
                 dropped.append({"chunk_id": s.chunk.id, "reason": "non-text content"})
                 continue

@@ -18,7 +18,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .config import EmbeddingConfig
-from .errors import ModelNotFoundError
+from .errors import ConfigError, ModelNotFoundError
 
 
 class Embedder(Protocol):
@@ -56,9 +56,15 @@ class EmbeddingCache:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = self._open()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = self._open()
+        except (OSError, sqlite3.OperationalError) as err:
+            raise ConfigError(f"cannot create the embedding cache {self.path} (under index.dir): "
+                              f"{type(err).__name__}: {getattr(err, 'strerror', None) or err}",
+                              fix="point index.dir at a folder this process can create and write, or set "
+                                  "embedding.cache: false") from None
         self.hits = 0
         self.misses = 0
 

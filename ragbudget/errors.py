@@ -7,12 +7,15 @@
     │   └── BudgetConfigError           impossible budget settings, caught at config time
     ├── ModelNotFoundError              a configured local model path that does not exist
     ├── IngestError                     a document or folder that cannot be ingested
+    │   ├── PathRefusedError            a path outside the allowed root, or a symlink (HTTP 403)
+    │   └── IdCollisionError            records of several files share ids (nothing replaced)
     ├── IndexError_                     index problems (exported as ``IndexError`` is avoided)
     │   ├── IndexNotFoundError          no index of that name
     │   ├── IndexMismatchError          built with another embedding model / format
     │   └── IndexBusyError              another process is writing the index (waited too long)
     ├── QueryError                      an empty or unusable query
     ├── BudgetError                     a request that cannot fit its budget (strict mode)
+    │   └── QuestionTooLongError        a question over the one question limit (HTTP 413)
     ├── GenerationError                 a generation backend failed
     │   ├── BackendUnavailableError     unreachable, circuit open, wrong model name
     │   ├── GenerationTimeoutError      no token within the timeout
@@ -51,6 +54,22 @@ class IngestError(RagBudgetError):
     """A path or record cannot be ingested."""
 
 
+class PathRefusedError(IngestError):
+    """A path the ingest may not read: outside the allowed root, or a symbolic link. ``rule`` names it."""
+
+    def __init__(self, message: str, *, rule: str, fix: str | None = None) -> None:
+        self.rule = rule
+        super().__init__(message, fix=fix)
+
+
+class IdCollisionError(IngestError):
+    """Records from different files (or one file) share an id; ``collisions`` maps id → sources."""
+
+    def __init__(self, message: str, *, collisions: dict[str, list[str]], fix: str | None = None) -> None:
+        self.collisions = collisions
+        super().__init__(message, fix=fix)
+
+
 class IndexError_(RagBudgetError):
     """Base of index errors (trailing underscore: do not shadow the builtin)."""
 
@@ -73,6 +92,14 @@ class QueryError(RagBudgetError):
 
 class BudgetError(RagBudgetError):
     """A request does not fit its budget and strict mode forbids truncation."""
+
+
+class QuestionTooLongError(BudgetError):
+    """The question is over the question limit (:func:`ragbudget.config.question_limit`); never cut."""
+
+    def __init__(self, message: str, *, limit: int, tokens: int, setting: str, fix: str | None = None) -> None:
+        self.limit, self.tokens, self.setting = limit, tokens, setting
+        super().__init__(message, fix=fix)
 
 
 class GenerationError(RagBudgetError):

@@ -56,7 +56,8 @@ def coerce_history(history: Sequence[Any] | None) -> list[Message]:
             raise QueryError(f"history[{i}] is not a message: {m!r:.80}",
                              fix='each item needs "role" (system|user|assistant) and "content" (text)')
         if role not in ROLES:
-            raise QueryError(f"history[{i}].role {role!r} is not one of {ROLES}")
+            raise QueryError(f"history[{i}].role {role!r} is not one of {ROLES}",
+                             fix=f"give each history message a role from {ROLES}")
         if not isinstance(content, str):
             raise QueryError(f"history[{i}].content must be text, got {type(content).__name__}",
                              fix="send the message text as a string")

@@ -21,7 +21,8 @@ from .errors import IngestError
 from .index import HybridIndex, IngestReport, ProgressFn
 from .index.hybrid import wait_notice
 from .index.lock import index_write_lock
-from .ingest.loaders import LoadReport, load_jsonl_bytes
+from .ingest.loaders import LoadReport, check_record_ids, load_jsonl_bytes
+from .ingest.paths import PathPolicy
 from .retrieve import HybridRetriever
 from .trim import split_sentences
 from .types import Chunk, Document
@@ -62,7 +63,8 @@ class IndexRegistry:
                 "manifest": dataclasses.asdict(loaded.index.manifest)}
 
     def ingest(self, source: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Document], name: str, *,
-               rebuild: bool = False, progress: ProgressFn | None = None) -> IngestReport:
+               rebuild: bool = False, progress: ProgressFn | None = None,
+               policy: PathPolicy | None = None) -> IngestReport:
         """Upsert a folder/file or records into index ``name``, save it atomically, then swap it in."""
         with self._ingest_lock, index_write_lock(HybridIndex.path_for(name, self.config),
                                                  self.config.index.lock_timeout_s, on_wait=wait_notice(progress)):
@@ -71,7 +73,7 @@ class IndexRegistry:
             if isinstance(source, (str, os.PathLike)):
                 if not Path(source).expanduser().exists():
                     raise IngestError(f"path not found: {source}", fix="pass an existing folder or file")
-                report = idx.ingest(source, self.embedder, progress=progress)
+                report = idx.ingest(source, self.embedder, progress=progress, policy=policy)
             else:
                 docs, load = records_to_documents(source)
                 report = idx.add_documents(docs, self.embedder, progress=progress)
@@ -118,6 +120,7 @@ def records_to_documents(source: Iterable[Mapping[str, Any] | Document]) -> tupl
     report = LoadReport()
     if lines:
         docs += load_jsonl_bytes("\n".join(lines).encode("utf-8"), "records", report)
+    docs = check_record_ids(docs)  # repeated ids: IdCollisionError listing them, never a silent replace
     if not docs:
         raise IngestError("no record had text to ingest", fix='give each record a non-empty "text" field')
     return docs, report

@@ -32,7 +32,7 @@ class KVPlan:
     def max_context(self, concurrency: int) -> int:
         """Longest context each of ``concurrency`` simultaneous requests can have."""
         if concurrency < 1:
-            raise ConfigError(f"concurrency must be ≥ 1, got {concurrency}")
+            raise ConfigError(f"concurrency must be ≥ 1, got {concurrency}", fix="set llm.tiers[].kv.concurrency ≥ 1")
         return self.tokens // concurrency
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,7 +56,8 @@ def plan(bytes_per_token: float, memory_bytes: float, context_tokens: int) -> KV
     """How many requests of ``context_tokens`` fit in ``memory_bytes`` of KV cache."""
     if memory_bytes <= 0 or context_tokens <= 0 or bytes_per_token <= 0:
         raise ConfigError(f"KV plan needs positive memory, context and bytes/token (got {memory_bytes}, "
-                          f"{context_tokens}, {bytes_per_token})")
+                          f"{context_tokens}, {bytes_per_token})",
+                          fix="set llm.tiers[].kv.memory_gb > 0 and the tier's context_window > 0")
     tokens = int(memory_bytes // bytes_per_token)
     return KVPlan(bytes_per_token=bytes_per_token, memory_bytes=memory_bytes, tokens=tokens,
                   context_tokens=context_tokens, max_concurrent=tokens // context_tokens)

@@ -42,6 +42,10 @@ class Metrics:
                                             ["route"], namespace=ns, registry=r)
         self.completion_tokens = Counter("completion_tokens", "Completion tokens generated", ["route"],
                                          namespace=ns, registry=r)
+        self.saved_tokens = Counter("saved_tokens", "Model tokens a response-cache hit did not spend again "
+                                    "(not in prompt/completion tokens)", ["kind"], namespace=ns, registry=r)
+        self.saved_cost = Counter("saved_cost", "Estimated model cost a response-cache hit did not spend again",
+                                  namespace=ns, registry=r)
         self.cache = Counter("cache_lookups", "Cache lookups by layer and result", ["layer", "result"],
                              namespace=ns, registry=r)
         self.requests = Counter("requests", "Answered requests", ["tenant", "route", "degrade_level"],
@@ -80,6 +84,11 @@ class Metrics:
         self.prompt_tokens.labels(route).inc(max(0, u.prompt_tokens))
         self.cached_prompt_tokens.labels(route).inc(max(0, u.cached_tokens))
         self.completion_tokens.labels(route).inc(max(0, u.completion_tokens))
+        saved = answer.ledger.saved or {}
+        if saved:  # a hit spent no model tokens (usage above is zero); what it saved is counted apart
+            self.saved_tokens.labels("prompt").inc(max(0, int(saved.get("prompt_tokens", 0))))
+            self.saved_tokens.labels("completion").inc(max(0, int(saved.get("completion_tokens", 0))))
+            self.saved_cost.inc(max(0.0, float(saved.get("cost", 0.0))))
         layer = answer.cache_layer or answer.ledger.cache_layer
         self.cache.labels(layer or "any", "hit" if layer else "miss").inc()
         self.requests.labels(tenant, route, str(answer.ledger.degrade_level)).inc()

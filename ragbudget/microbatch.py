@@ -45,9 +45,11 @@ class MicroBatcher:
     def __init__(self, embedder: Embedder, max_batch: int = 16, max_wait_ms: float = 2.0,
                  recent: int = 1024) -> None:
         if max_batch < 1:
-            raise ConfigError(f"embedding.microbatch.max_batch must be ≥ 1, got {max_batch}")
+            raise ConfigError(f"embedding.microbatch.max_batch must be ≥ 1, got {max_batch}",
+                              fix="set embedding.microbatch.max_batch to 1 or more")
         if max_wait_ms < 0:
-            raise ConfigError(f"embedding.microbatch.max_wait_ms must be ≥ 0, got {max_wait_ms}")
+            raise ConfigError(f"embedding.microbatch.max_wait_ms must be ≥ 0, got {max_wait_ms}",
+                              fix="set embedding.microbatch.max_wait_ms to 0 or more")
         self.inner = embedder
         self.max_batch = max_batch
         self.max_wait_s = max_wait_ms / 1000.0

@@ -22,16 +22,18 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 
+from .accounting import as_cache_hit, check_question, cite, not_cacheable
 from .cache import CacheLayers
 from .cache.keys import ResponseScope, conversation_fingerprint, digest
 from .condense import condense, condense_with_llm
 from .config import Config, TierConfig, load_config
 from .context import BuiltContext, ContextBuilder
 from .embed import EmbeddingCache, SentenceTransformerEmbedder
-from .errors import CacheError, QueryError
+from .errors import AdmissionError, CacheError, QueryError
 from .history import coerce_history
 from .index import IngestReport, ProgressFn, list_indexes
 from .indexes import IndexRegistry, LoadedIndex
+from .ingest.paths import PathPolicy
 from .llm import make_generator, make_prompt
 from .llm.base import Generator, GenerationStream
 from .kvcache import check_config as check_kv
@@ -48,6 +50,7 @@ log = logging.getLogger("ragbudget")
 
 #: Degradation ladder levels the pipeline applies (admission control picks the level).
 DEGRADE_SMALLER_CONTEXT, DEGRADE_NO_RERANK, DEGRADE_SMALL_MODEL, DEGRADE_CACHE_OR_EXTRACTIVE = 1, 2, 3, 4
+DEGRADE_REJECT = 5  # admission answers 429 at this level; the pipeline refuses it too
 _WORD = re.compile(r"\S+\s*")
 
 
@@ -156,9 +159,12 @@ class RAG:
         return self.indexes.info(name or self.index_name)
 
     def ingest(self, source: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Document], *,
-               index: str | None = None, rebuild: bool = False, progress: ProgressFn | None = None) -> IngestReport:
-        """Ingest a folder/file (.txt .md .html .pdf .jsonl) or records ({"_id"|"id", "title", "text"})."""
-        return self.indexes.ingest(source, index or self.index_name, rebuild=rebuild, progress=progress)
+               index: str | None = None, rebuild: bool = False, progress: ProgressFn | None = None,
+               policy: PathPolicy | None = None) -> IngestReport:
+        """Ingest a folder/file (.txt .md .html .pdf .jsonl) or records ({"_id"|"id", "title", "text"}).
+        ``policy`` limits what a path may read (the service passes the tenant's root; links refused)."""
+        return self.indexes.ingest(source, index or self.index_name, rebuild=rebuild, progress=progress,
+                                   policy=policy)
 
     def _loaded(self, name: str | None) -> LoadedIndex:
         return self.indexes.get(name or self.index_name)
@@ -243,6 +249,10 @@ class RAG:
         t_start = time.perf_counter()
         if not isinstance(question, str) or not question.strip():
             raise QueryError("the question is empty", fix="ask a question with at least one word")
+        if degrade_level >= DEGRADE_REJECT:
+            raise AdmissionError(f"degrade level {degrade_level}: overloaded, request rejected",
+                                 fix="retry after Retry-After")
+        check_question(question, self.config, self.tokenizer)  # one limit, refused (413), never cut
         mode = self._mode(mode)
         hist = coerce_history(history or [])
         mode_cfg = self.config.prompt.modes[mode]
@@ -272,13 +282,9 @@ class RAG:
             except CacheError as err:
                 log.warning("response cache lookup failed: %s", err)
         timings.stages["cache_response"] = _ms(t0)
-        if hit is not None:
-            cached = Answer.from_dict(hit.record)
-            cached.cache_layer = hit.layer
-            cached.ledger.cache_layer = hit.layer
-            cached.timings = Timings(stages={"cache_response": timings.stages["cache_response"]},
-                                     total_ms=_ms(t_start))
-            cached.question = question
+        if hit is not None:  # no model ran: zero usage and cost; what the stored answer took is ledger.saved
+            cached = as_cache_hit(Answer.from_dict(hit.record), layer=hit.layer, question=question,
+                                  lookup_ms=timings.stages["cache_response"], total_ms=_ms(t_start))
             self._observe(cached, tenant)
             yield from self._replay(cached)
             return
@@ -297,6 +303,7 @@ class RAG:
         # 4. rerank, budget, trim, history, prompt
         yield ProgressEvent("reranking", f"{len(retrieved)} candidates")
         t0 = time.perf_counter()
+        pre_build = Ledger.from_dict(ledger.to_dict())  # a refit starts from what the request knew here
         built = self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens,
                                    rerank=degrade_level < DEGRADE_NO_RERANK,
                                    retrieved_scale=0.5 if degrade_level >= DEGRADE_SMALLER_CONTEXT else 1.0,
@@ -312,20 +319,28 @@ class RAG:
         # 5. route and generate, streaming
         yield ProgressEvent("generating", "")
 
+        refits: dict[str, tuple[BuiltContext, Ledger, int]] = {}
+
         def refit(window: int):  # the router re-fits the context to a smaller window on fallback
-            return self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens, window=window,
-                                      terms=loaded.index.sparse.analyzer.terms, term_weights=loaded.index.sparse.idf,
-                                      rerank=degrade_level < DEGRADE_NO_RERANK, ledger=Ledger()).prompt
+            led = Ledger.from_dict(pre_build.to_dict())
+            b = self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens, window=window,
+                                   terms=loaded.index.sparse.analyzer.terms, term_weights=loaded.index.sparse.idf,
+                                   rerank=degrade_level < DEGRADE_NO_RERANK,
+                                   retrieved_scale=0.5 if degrade_level >= DEGRADE_SMALLER_CONTEXT else 1.0,
+                                   ledger=led)
+            refits[b.prompt.text] = (b, led, window)  # the answer must describe the context that was sent
+            return b.prompt
 
         t0 = time.perf_counter()
         if degrade_level >= DEGRADE_CACHE_OR_EXTRACTIVE:
             # Last rung before rejecting: no model at all, an extractive answer from the budgeted context.
             gs = self._extractive.stream(built.prompt, max_tokens=built.allocation.output, context=built.context)
             rs: Any = _DegradedStream(gs)
-        else:
-            task_ = (task or "degraded") if degrade_level >= DEGRADE_SMALL_MODEL else task
+        else:  # level 3: the smallest tier, and no escalation past it
+            small = degrade_level >= DEGRADE_SMALL_MODEL
             rs = self.router.stream(built.prompt, question=question, max_tokens=built.allocation.output,
-                                    context=built.context, task=task_, refit=refit, escalate=escalate)
+                                    context=built.context, task=task, refit=refit, escalate=escalate and not small,
+                                    small=small)
         finished = False
         try:
             for ev in rs:
@@ -339,6 +354,11 @@ class RAG:
                 _close(rs)
         routed = rs.routed
         assert routed is not None
+        sent = routed.prompt.text if routed.prompt is not None else built.prompt.text
+        if sent != built.prompt.text and sent in refits:  # refitted: ledger and context of what was sent
+            built, refit_ledger, window = refits[sent]
+            ledger.sections, ledger.prompt = refit_ledger.sections, refit_ledger.prompt
+            ledger.flags += [f for f in refit_ledger.flags if f not in ledger.flags] + [f"refitted:window={window}"]
         ans = self._answer(question, routed, built.context, ledger, timings, t_start, built=built)
         self._store(scope, question, ans)
         self._observe(ans, tenant)
@@ -359,10 +379,12 @@ class RAG:
         timings.ttft_ms = gen.timings.ttft_ms
         timings.itl_ms = list(gen.timings.itl_ms)
         timings.total_ms = _ms(t_start)
-        cited = _cited(gen.text, context)
+        cited, cite_flags = cite(gen.text, context) if context else ([], [])
+        ledger.flags += cite_flags
         return Answer(question=question, answer=gen.text, citations=[s.chunk.citation() for s in cited],
                       context=list(context), ledger=ledger, usage=gen.usage, timings=timings,
-                      route=routed.decision.tier, partial=gen.partial, extractive=gen.backend == "extractive")
+                      route=routed.decision.tier, partial=gen.partial, extractive=gen.backend == "extractive",
+                      finish_reason=gen.finish_reason)
 
     def _replay(self, ans: Answer) -> Iterator[StreamEvent]:
         """Stream a finished answer (handler or cache hit) with the same events as a fresh one."""
@@ -371,7 +393,11 @@ class RAG:
         yield FinalEvent(ans)
 
     def _store(self, scope: ResponseScope, question: str, ans: Answer) -> None:
-        if self.cache.response is None or ans.partial or not ans.answer.strip():
+        if self.cache.response is None:
+            return
+        why = not_cacheable(ans, self.config)
+        if why is not None:  # degraded, fallback or substitute answers are never served later as normal hits
+            ans.ledger.flags.append(f"not_cached:{why}")
             return
         try:
             emb = self.embedder.embed_query(question) if self.config.cache.semantic.enabled else None
@@ -478,13 +504,6 @@ def _close(stream: Any) -> None:
     close = getattr(stream, "close", None) or getattr(getattr(stream, "_it", None), "close", None)
     if close is not None:
         close()
-
-
-def _cited(text: str, context: Sequence[Scored]) -> list[Scored]:
-    """Chunks the answer cites as [n] (1-based, prompt order); all context when it cites none."""
-    nums = {int(n) for n in re.findall(r"\[(\d{1,3})\]", text)}
-    picked = [s for i, s in enumerate(context, 1) if i in nums]
-    return picked or list(context)
 
 
 __all__ = ["RAG"]

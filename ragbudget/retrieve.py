@@ -68,7 +68,7 @@ class HybridRetriever:
             raise QueryError(f"unknown retrieval mode {mode!r}", fix=f"use one of {MODES}")
         k = self.config.top_k if k is None else k
         if k < 1:
-            raise QueryError(f"k must be ≥ 1, got {k}")
+            raise QueryError(f"k must be ≥ 1, got {k}", fix="ask for at least one result (k ≥ 1)")
         timings = {} if timings is None else timings
         t0 = time.perf_counter()
         n = max(k, self.config.candidates)

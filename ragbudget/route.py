@@ -71,6 +71,7 @@ class RouteDecision:
 class Routed:
     generation: Generation
     decision: RouteDecision
+    prompt: Prompt | None = None  # the prompt the serving tier was sent (after any window refit)
 
 
 def tier_cost(tier: TierConfig, usage: Usage) -> float:
@@ -148,12 +149,16 @@ class Router:
         return n + min(max_tokens, tier.max_output_tokens) <= tier.context_window
 
     def plan(self, prompt: Prompt, *, question: str, max_tokens: int, task: str | None = None,
-             confidence: float | None = None, refit: Refit | None = None) -> tuple[list[TierConfig], RouteDecision]:
+             confidence: float | None = None, refit: Refit | None = None,
+             small: bool = False) -> tuple[list[TierConfig], RouteDecision]:
         """The tiers to try in order and the initial decision. Raises :class:`RoutingError` when no tier
-        can hold the prompt and there is no ``refit``."""
+        can hold the prompt and there is no ``refit``. ``small=True`` (degrade level 3) starts at the
+        smallest tier whatever the task or difficulty."""
         r = self.config.router
         diff = self.difficulty(question, confidence)
-        if task and task in r.small_tasks:
+        if small:
+            start, reason = 0, "degrade level 3 → small tier"
+        elif task and task in r.small_tasks:
             start, reason = 0, f"task {task!r} → small tier"
         elif not r.enabled:
             start, reason = len(self.tiers) - 1, "router disabled → largest tier"
@@ -271,19 +276,19 @@ class Router:
     # ------------------------------------------------------------ public entry points
     def generate(self, prompt: Prompt, *, question: str, max_tokens: int, context: Sequence[Scored] | None = None,
                  task: str | None = None, confidence: float | None = None, refit: Refit | None = None,
-                 temperature: float = 0.0, stop: Sequence[str] | None = None) -> Routed:
+                 temperature: float = 0.0, stop: Sequence[str] | None = None, small: bool = False) -> Routed:
         """Route, fall back, escalate; never hangs (tier timeouts). Raises :class:`GenerationError` when
         every tier failed and nothing was produced, :class:`RoutingError` when no tier fits."""
         if confidence is None and context:
             confidence = self.confidence_of(context)
         order, dec = self.plan(prompt, question=question, max_tokens=max_tokens, task=task,
-                               confidence=confidence, refit=refit)
+                               confidence=confidence, refit=refit, small=small)
         kw = dict(max_tokens=max_tokens, temperature=temperature, stop=stop, context=context)
         routed = self._chain(order, prompt, dec, refit, **kw)
         large = self.tiers[-1]
         idx = self.tiers.index(self._by_name[dec.tier])
         if (self.config.router.escalate_on_failed_check and idx < len(self.tiers) - 1
-                and not routed.generation.partial):
+                and not routed.generation.partial and not small):
             why = self.check_answer(routed.generation.text, context)
             if why:
                 try:
@@ -297,10 +302,10 @@ class Router:
                     dec.tier, dec.backend, dec.model = up.decision.tier, up.decision.backend, up.decision.model
                     dec.refitted = dec.refitted or up.decision.refitted
                     dec.estimated_cost += up.decision.estimated_cost
-                    routed = Routed(up.generation, dec)
+                    routed = Routed(up.generation, dec, up.prompt)
         dec.always_large_cost = tier_cost(large, routed.generation.usage)
         dec.partial = routed.generation.partial
-        return Routed(routed.generation, dec)
+        return Routed(routed.generation, dec, routed.prompt)
 
     def _prepare(self, tier: TierConfig, prompt: Prompt, max_tokens: int, refit: Refit | None,
                  dec: RouteDecision) -> Prompt | None:
@@ -371,12 +376,12 @@ class Router:
                     gen = replace(gen, usage=replace(gen.usage, prompt_tokens=n))
             elif not gen.partial and gen.usage.prompt_tokens > 0:
                 self.calibration.observe(tier.name, prompt.total_tokens, gen.usage.prompt_tokens)
-        return Routed(gen, dec)
+        return Routed(gen, dec, prompt)
 
     def stream(self, prompt: Prompt, *, question: str, max_tokens: int, context: Sequence[Scored] | None = None,
                task: str | None = None, confidence: float | None = None, refit: Refit | None = None,
                temperature: float = 0.0, stop: Sequence[str] | None = None,
-               escalate: bool = False) -> "RoutedStream":
+               escalate: bool = False, small: bool = False) -> "RoutedStream":
         """Stream tokens from the routed tier. Fallback happens only before the first token; a failure
         after it ends the stream with a partial Generation. ``escalate=True`` (and
         ``router.escalate_on_failed_check``) holds a smaller tier's tokens until its answer passes the
@@ -384,7 +389,7 @@ class Router:
         if confidence is None and context:
             confidence = self.confidence_of(context)
         order, dec = self.plan(prompt, question=question, max_tokens=max_tokens, task=task,
-                               confidence=confidence, refit=refit)
+                               confidence=confidence, refit=refit, small=small)
         kw = dict(max_tokens=max_tokens, temperature=temperature, stop=stop, context=context)
         return RoutedStream(self, order, prompt, dec, refit, kw,
                             escalate=escalate and self.config.router.escalate_on_failed_check)
@@ -408,6 +413,7 @@ class RoutedStream(Iterator[TokenEvent]):
                  refit: Refit | None, kw: dict[str, Any], *, escalate: bool = False) -> None:
         self.routed: Routed | None = None
         self._router, self._prompt, self._refit, self._kw = router, prompt, refit, kw
+        self._sent: Prompt | None = None  # the prompt of the tier that served (after a refit)
         self._it = self._run(order, dec, escalate)
 
     def __iter__(self) -> "RoutedStream":
@@ -446,7 +452,7 @@ class RoutedStream(Iterator[TokenEvent]):
         yield from held
         dec.always_large_cost = tier_cost(last, gen.usage)
         dec.partial = gen.partial
-        self.routed = Routed(gen, dec)
+        self.routed = Routed(gen, dec, self._sent)
 
     def _chain(self, order: Sequence[TierConfig], dec: RouteDecision,
                held: list[TokenEvent] | None) -> Iterator[TokenEvent]:
@@ -461,7 +467,9 @@ class RoutedStream(Iterator[TokenEvent]):
                 for item in router._events(tier, p, **self._kw):
                     if isinstance(item, Generation):
                         router.breakers[tier.name].success()
-                        return router._served(tier, item, dec, p).generation
+                        served = router._served(tier, item, dec, p)
+                        self._sent = served.prompt
+                        return served.generation
                     emitted.append(item.text)
                     if held is None:
                         yield item
@@ -475,7 +483,9 @@ class RoutedStream(Iterator[TokenEvent]):
                                                                         completion_tokens=len(emitted)),
                                      timings=Timings(), model=tier.model, backend=tier.backend,
                                      finish_reason="error", partial=True)
-                    return router._served(tier, gen, dec, p).generation
+                    served = router._served(tier, gen, dec, p)
+                    self._sent = served.prompt
+                    return served.generation
                 if held is not None:
                     held.clear()
                 dec.fallbacks.append(tier.name)

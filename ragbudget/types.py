@@ -133,6 +133,8 @@ class Ledger:
     degrade_level: int = 0
     flags: list[str] = field(default_factory=list)
     prompt: dict[str, Any] = field(default_factory=dict)
+    # a cache hit: the model usage and cost the stored answer took, not spent again (usage is then zero)
+    saved: dict[str, Any] = field(default_factory=dict)
 
     def section(self, name: str, budget: int = 0) -> SectionLedger:
         if name not in self.sections:
@@ -147,6 +149,7 @@ class Ledger:
             "degrade_level": self.degrade_level,
             "flags": list(self.flags),
             "prompt": dict(self.prompt),
+            "saved": dict(self.saved),
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -158,7 +161,7 @@ class Ledger:
             sections={k: SectionLedger(**v) for k, v in d.get("sections", {}).items()},
             route=dict(d.get("route", {})), cache_layer=d.get("cache_layer"),
             degrade_level=int(d.get("degrade_level", 0)), flags=list(d.get("flags", [])),
-            prompt=dict(d.get("prompt", {})),
+            prompt=dict(d.get("prompt", {})), saved=dict(d.get("saved", {})),
         )
 
     def _repr_html_(self) -> str:
@@ -246,6 +249,7 @@ class Answer:
     cache_layer: str | None = None
     partial: bool = False
     extractive: bool = False
+    finish_reason: str = "stop"  # the generation's: "length" when the output hit its cap
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -255,7 +259,7 @@ class Answer:
             "ledger": self.ledger.to_dict(),
             "usage": {**asdict(self.usage), "total_tokens": self.usage.total_tokens},
             "timings": self.timings.to_dict(), "route": self.route, "cache_layer": self.cache_layer,
-            "partial": self.partial, "extractive": self.extractive,
+            "partial": self.partial, "extractive": self.extractive, "finish_reason": self.finish_reason,
         }
 
     @classmethod
@@ -280,7 +284,7 @@ class Answer:
             timings=Timings(stages=dict(t.get("stages", {})), ttft_ms=t.get("ttft_ms"),
                             itl_ms=list(t.get("itl_ms", [])), total_ms=float(t.get("total_ms", 0.0))),
             route=d.get("route", ""), cache_layer=d.get("cache_layer"), partial=bool(d.get("partial", False)),
-            extractive=bool(d.get("extractive", False)),
+            extractive=bool(d.get("extractive", False)), finish_reason=str(d.get("finish_reason", "stop")),
         )
 
 

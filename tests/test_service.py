@@ -125,7 +125,7 @@ def test_openai_sdk_non_streaming_and_streaming(server):
 
 
 @pytest.mark.parametrize("body,status,etype", [
-    ({"question": "word " * 200}, 400, "limit_exceeded"),
+    ({"question": "word " * 200}, 413, "QuestionTooLongError"),  # the one question limit (issue 13)
     ({"question": QUESTION, "history": [{"role": "user", "content": "x"}] * 5}, 400, "limit_exceeded"),
     ({"question": QUESTION, "max_tokens": 10000}, 400, "limit_exceeded"),
     ({"question": QUESTION, "mode": "poetic"}, 400, "unknown_mode"),

@@ -1,18 +1,22 @@
 """Shared backend on Redis (several API replicas), through redis-py with short socket timeouts.
 
 Any Redis error or timeout is logged and counted, and the call reads as a miss / a refused store: the
-request is served without this layer, never failed by it. After a failure the backend skips Redis for
-``cooldown_s`` so an outage costs one timeout, not one per request. Expiry is server-side (``PX``).
+request is served without this layer, never failed by it. A failure opens a circuit breaker
+(:class:`~ragbudget.breaker.ProbedBreaker`): every request then skips Redis at once (no I/O, no timeout),
+and after ``cooldown_s`` a background PING decides whether it closes again — so a down or frozen Redis
+costs one timeout, then nothing per request, and the layer comes back by itself when Redis recovers.
+Expiry is server-side (``PX``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from typing import Callable
 
 import redis
 
+from ..breaker import ProbedBreaker
 from ..errors import CacheError
 from .base import BackendStats, check_ttl
 
@@ -26,7 +30,7 @@ class RedisBackend:
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, timeout_s: float = 0.25,
                  cooldown_s: float = 1.0, max_value_bytes: int = 1_000_000, default_ttl_s: float = 86400.0,
-                 prefix: str = "ragbudget:") -> None:
+                 prefix: str = "ragbudget:", clock: Callable[[], float] = time.monotonic) -> None:
         try:
             self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
                                                 retry_on_timeout=False, health_check_interval=0)
@@ -39,11 +43,12 @@ class RedisBackend:
         self.max_value_bytes = int(max_value_bytes)
         self.default_ttl_s = float(default_ttl_s)
         self.stats = BackendStats()
-        self._down_until = 0.0
-        self._lock = threading.Lock()
+        # cooldown_s = 0: no breaker, every call tries Redis (tests of raw failure handling)
+        self.breaker = (ProbedBreaker(self._client.ping, failures=1, reset_s=self.cooldown_s, clock=clock)
+                        if self.cooldown_s > 0 else None)
 
     def _available(self) -> bool:
-        if time.monotonic() < self._down_until:
+        if self.breaker is not None and not self.breaker.allow():
             self.stats.incr("skipped")
             return False
         return True
@@ -51,8 +56,8 @@ class RedisBackend:
     def _failed(self, op: str, err: Exception) -> None:
         self.stats.incr("errors")
         self.stats.incr("skipped")
-        with self._lock:
-            self._down_until = time.monotonic() + self.cooldown_s
+        if self.breaker is not None:
+            self.breaker.failure()
         log.warning("redis cache %s failed (%s: %s); serving without it for %.1fs",
                     op, type(err).__name__, err, self.cooldown_s)
 

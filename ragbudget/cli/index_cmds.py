@@ -10,6 +10,7 @@ from typing import Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from ..config import Config, load_config
@@ -58,11 +59,11 @@ def print_report(report: IngestReport, console: Console) -> None:
         t.add_row(k, str(v))
     console.print(t)
     for where, why in report.skipped:
-        console.print(f"[yellow]skipped[/] {where}: {why}")
+        console.print(f"[yellow]skipped[/] {escape(where)}: {escape(why)}")
     for where, why in report.failed:
-        console.print(f"[red]failed[/] {where}: {why}")
+        console.print(f"[red]failed[/] {escape(where)}: {escape(why)}")
     for note in report.notes:
-        console.print(f"[cyan]note[/] {note}")
+        console.print(f"[cyan]note[/] {escape(note)}")
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -90,18 +91,20 @@ def cmd_search(args: argparse.Namespace) -> int:
                           "timings_ms": timings, "notes": notes}, default=str))
         return 0
     console = Console()
-    t = Table(title=f"{args.query!r} · index {index.name} · {args.mode or cfg.retrieval.mode}")
+    # paths, titles and texts are data, not rich markup: "[" in a file name must print as itself
+    t = Table(title=escape(f"{args.query!r} · index {index.name} · {args.mode or cfg.retrieval.mode}"))
     for col in ("#", "score", "dense", "bm25", "source", "text"):
         t.add_column(col, overflow="fold")
     for i, h in enumerate(hits, start=1):
         fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
         label = h.chunk.title or h.chunk.source
         t.add_row(str(i), f"{h.score:.4f}", fmt(h.dense_score), fmt(h.sparse_score),
-                  f"{label} [{h.chunk.source}#{h.chunk.position}]", h.chunk.text[:200].replace("\n", " "))
+                  escape(f"{label} [{h.chunk.source}#{h.chunk.position}]"),
+                  escape(h.chunk.text[:200].replace("\n", " ")))
     console.print(t)
     console.print("timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
     for n in notes:
-        console.print(f"[cyan]note[/] {n}")
+        console.print(f"[cyan]note[/] {escape(n)}")
     if not hits:
         console.print("no results: the index is empty or nothing matched")
     return 0

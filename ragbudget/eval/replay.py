@@ -50,6 +50,8 @@ class RequestResult:
     context_tokens: int = 0
     estimated_cost: float = 0.0
     always_large_cost: float = 0.0
+    saved_tokens: int = 0  # a response-cache hit: model tokens not spent again (usage is zero)
+    saved_cost: float = 0.0
     degrade_level: int = 0
     stages: dict[str, float] = field(default_factory=dict)
     total_ms: float = 0.0  # the pipeline's own end-to-end time (no client or transport time)
@@ -84,6 +86,9 @@ def fill_from_answer(res: RequestResult, ans: Mapping[str, Any]) -> RequestResul
     res.context_tokens = int((led.get("sections", {}).get("retrieved") or {}).get("used", 0))
     res.estimated_cost = float(route.get("estimated_cost", 0.0) or 0.0)
     res.always_large_cost = float(route.get("always_large_cost", 0.0) or 0.0)
+    saved = led.get("saved") or {}
+    res.saved_tokens = int(saved.get("prompt_tokens", 0)) + int(saved.get("completion_tokens", 0))
+    res.saved_cost = float(saved.get("cost", 0.0) or 0.0)
     res.degrade_level = int(ans.get("degrade_level", led.get("degrade_level", 0)) or 0)
     tim = ans.get("timings") or {}
     res.stages = {k: float(v) for k, v in (tim.get("stages") or {}).items()}
@@ -268,6 +273,8 @@ def summarize(results: Sequence[RequestResult], wall_s: float, *, skipped: int =
         "prompt_tokens_total": sum(r.prompt_tokens for r in ok),
         "estimated_cost": round(sum(r.estimated_cost for r in ok), 6),
         "always_large_cost": round(sum(r.always_large_cost for r in ok), 6),
+        "saved_tokens_total": sum(r.saved_tokens for r in ok),  # cache hits: not in the usage or cost above
+        "saved_cost": round(sum(r.saved_cost for r in ok), 6),
     }
     by_kind: dict[str, list[RequestResult]] = {}
     for r in ok:
@@ -296,6 +303,8 @@ SUMMARY_ROWS = [("requests ok / sent", lambda s: f"{s['ok']} / {s['sent']}"),
                 ("cached prompt tokens (total)", lambda s: s["cached_tokens_total"]),
                 ("completion tokens (total)", lambda s: s["completion_tokens_total"]),
                 ("estimated cost / always-large", lambda s: f"{s['estimated_cost']} / {s['always_large_cost']}"),
+                ("saved by cache hits: tokens / cost", lambda s: f"{s.get('saved_tokens_total', 0)} / "
+                                                                 f"{s.get('saved_cost', 0.0)}"),
                 ("errors", lambda s: s["errors_by_status"] or 0)]
 
 

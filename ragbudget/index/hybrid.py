@@ -11,6 +11,7 @@ and chunks of documents that disappeared from a re-ingested folder are removed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from ..config import Config
 from ..embed import Embedder, EmbeddingCache, SentenceTransformerEmbedder
 from ..errors import IndexError_, IndexNotFoundError, IngestError
 from ..ingest import Chunker, LoadReport, load_path
+from ..ingest.paths import PathPolicy
 from ..tokens import Tokenizer
 from ..types import Chunk, Document
 from .dense import DenseIndex
@@ -34,6 +36,7 @@ from .sparse import SparseIndex
 from .store import ChunkStore
 
 ProgressFn = Callable[[str, int, int], None]
+log = logging.getLogger(__name__)
 """``progress(stage, done, total)``; stages: ``load``, ``chunk``, ``embed``, ``index``, ``save``."""
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -77,7 +80,9 @@ def list_indexes(index_dir: str | os.PathLike[str]) -> list[str]:
     d = Path(index_dir)
     if not d.is_dir():
         return []
-    return sorted(p.name for p in d.iterdir() if p.is_dir() and (p / MANIFEST_FILE).is_file())
+    # a save's crash leftovers (".NAME.tmp-PID", ".NAME.old") and other dot-folders are never indexes
+    return sorted(p.name for p in d.iterdir()
+                  if _NAME.match(p.name) and p.is_dir() and (p / MANIFEST_FILE).is_file())
 
 
 def _ingest_tokenizer(cfg: Config) -> Tokenizer:
@@ -162,8 +167,8 @@ class HybridIndex:
             dense = DenseIndex.load(folder, manifest.embedding_dim, cfg.retrieval.faiss)
             sparse = SparseIndex.load(folder, cfg.retrieval.bm25)
             sources = json.loads((folder / "sources.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError, KeyError) as err:
-            raise IndexError_(f"index {name!r} at {folder} is damaged: {err}",
+        except (OSError, ValueError, KeyError, EOFError) as err:  # EOFError: an empty or cut vectors.npy
+            raise IndexError_(f"index {name!r} at {folder} is damaged: {type(err).__name__}: {err or 'file is empty'}",
                               fix=f"re-ingest with --rebuild (ragbudget ingest PATH --index {name} --rebuild)") from None
         if not (len(store) == len(dense) == len(sparse)):
             raise IndexError_(f"index {name!r} is inconsistent: {len(store)} chunks, {len(dense)} vectors, "
@@ -194,11 +199,12 @@ class HybridIndex:
 
     # -- ingest ---------------------------------------------------------------------------------
     def ingest(self, path: str | os.PathLike[str], embedder: Embedder, *, progress: ProgressFn | None = None,
-               save: bool = True) -> IngestReport:
-        """Load ``path`` (folder or file), upsert its documents, drop documents gone from it, then save."""
+               save: bool = True, policy: PathPolicy | None = None) -> IngestReport:
+        """Load ``path`` (folder or file), upsert its documents, drop documents gone from it, then save.
+        ``policy``: what the load may read (the service's document root; links refused)."""
         t0 = time.perf_counter()
-        root = str(Path(path).expanduser().resolve())
-        docs, load = load_path(root)
+        root = str(Path(path).expanduser().absolute() if policy is not None else Path(path).expanduser().resolve())
+        docs, load = load_path(root, policy=policy, ids=self.config.index.record_ids)
         if progress:
             progress("load", 1, 1)
         # Files that could not be read this time keep what they had in the index (nothing is lost).
@@ -309,11 +315,18 @@ class HybridIndex:
     def save(self, *, progress: ProgressFn | None = None) -> None:
         """Write the index atomically (temp folder beside it, then rename swap)."""
         target = self.folder
-        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
         old = target.parent / f".{target.name}.old"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _recover_swap(target)
+            clean_leftovers(target)  # the writer holds the lock: any other temp folder is a crash's leftover
+            tmp.mkdir()
+        except OSError as err:
+            raise IngestError(f"cannot write index {self.name!r} under {target.parent}: "
+                              f"{type(err).__name__}: {err.strerror or err}",
+                              fix="point index.dir at a folder this process can create and write "
+                                  "(check that it exists, is a folder and its permissions)") from None
         try:
             self._write_files(tmp)
             _fsync_dir(tmp)
@@ -335,6 +348,25 @@ def _fsync_dir(folder: Path) -> None:
     for p in folder.iterdir():
         with open(p, "rb") as f:
             os.fsync(f.fileno())
+
+
+def clean_leftovers(target: Path) -> list[str]:
+    """Remove what an interrupted save of ``target`` left beside it (``.NAME.tmp-PID`` folders, and
+    ``.NAME.old`` once the index itself is in place). Call only while holding the index's writer lock."""
+    removed = []
+    parent = target.parent
+    if not parent.is_dir():
+        return removed
+    for p in parent.glob(f".{target.name}.tmp-*"):
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p.name)
+    old = parent / f".{target.name}.old"
+    if old.exists() and (target / MANIFEST_FILE).is_file():
+        shutil.rmtree(old, ignore_errors=True)
+        removed.append(old.name)
+    if removed:
+        log.info("removed leftovers of an interrupted save: %s", removed)
+    return removed
 
 
 def _recover_swap(target: Path) -> None:

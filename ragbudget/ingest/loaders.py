@@ -3,6 +3,13 @@
 Bad files never stop an ingest: each is skipped and listed in :class:`LoadReport` with the reason
 (binary, empty, unreadable, malformed JSONL line with ``file:line``). A missing or empty folder is an
 :class:`~ragbudget.errors.IngestError` that says how to fix it.
+
+Text that is not UTF-8 is decoded by detection (charset-normalizer when installed, else cp1252, else
+Latin-1) and the encoding is noted, never replaced by U+FFFD. JSONL record ids must be unique across the
+files of one load: a collision is an :class:`~ragbudget.errors.IdCollisionError` listing the ids and
+their files (nothing is replaced), unless ``ids="namespace"`` prefixes every record id with its file.
+With a :class:`~ragbudget.ingest.paths.PathPolicy` every file is opened through it (no links, nothing
+outside the root).
 """
 
 from __future__ import annotations
@@ -12,13 +19,20 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+import io
+from typing import Any, Iterator, Literal
 
 from bs4 import BeautifulSoup
 from pypdf import PdfReader
 
-from ..errors import IngestError
+from ..errors import IdCollisionError, IngestError, PathRefusedError
 from ..types import Document
+from .paths import PathPolicy
+
+try:  # optional: better guesses for legacy encodings
+    from charset_normalizer import from_bytes as _detect
+except ImportError:  # pragma: no cover
+    _detect = None
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst"}
 HTML_SUFFIXES = {".html", ".htm"}
@@ -61,9 +75,24 @@ def _decode(raw: bytes, where: str, report: LoadReport) -> str | None:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        text = raw.decode("utf-8", errors="replace")
-        report.notes.append(f"{where}: not valid UTF-8 (byte {err.start}); undecodable bytes replaced with U+FFFD")
+        text, enc = decode_legacy(raw)
+        report.notes.append(f"{where}: not valid UTF-8 (byte {err.start}); decoded as {enc}")
         return text
+
+
+def decode_legacy(raw: bytes) -> tuple[str, str]:
+    """(text, encoding) for bytes that are not UTF-8: detection, then cp1252, then Latin-1 (never fails)."""
+    if _detect is not None:
+        best = _detect(raw).best()
+        if best is not None and best.encoding and best.encoding.replace("_", "").lower() not in ("utf8", "ascii"):
+            try:
+                return raw.decode(best.encoding), best.encoding
+            except (UnicodeDecodeError, LookupError):
+                pass
+    try:
+        return raw.decode("cp1252"), "cp1252"
+    except UnicodeDecodeError:
+        return raw.decode("latin-1"), "latin-1"
 
 
 def _markdown_title(text: str, fallback: str) -> str:
@@ -71,7 +100,7 @@ def _markdown_title(text: str, fallback: str) -> str:
     return m.group(1).strip() if m else fallback
 
 
-def load_file(path: Path, report: LoadReport) -> list[Document]:
+def load_file(path: Path, report: LoadReport, policy: PathPolicy | None = None) -> list[Document]:
     """Documents from one file (several for JSONL); problems go to ``report``."""
     where = str(path)
     suffix = path.suffix.lower()
@@ -79,7 +108,10 @@ def load_file(path: Path, report: LoadReport) -> list[Document]:
         report.skip(where, f"unsupported file type {suffix or '(none)'}; supported: {sorted(SUPPORTED_SUFFIXES)}")
         return []
     try:
-        raw = path.read_bytes()
+        raw = policy.open_bytes(path) if policy is not None else path.read_bytes()
+    except PathRefusedError as err:
+        report.fail(where, f"refused ({err.rule})")
+        return []
     except OSError as err:
         report.fail(where, f"unreadable: {err.strerror or err}")
         return []
@@ -89,7 +121,7 @@ def load_file(path: Path, report: LoadReport) -> list[Document]:
     if suffix in JSONL_SUFFIXES:
         return load_jsonl_bytes(raw, where, report)
     if suffix in PDF_SUFFIXES:
-        text, title = _pdf_text(path, report)
+        text, title = _pdf_text(path, raw, report)
     else:
         decoded = _decode(raw, where, report)
         if decoded is None:
@@ -113,9 +145,9 @@ def load_file(path: Path, report: LoadReport) -> list[Document]:
     return [Document(id=where, text=text, metadata={"source": where, "title": title})]
 
 
-def _pdf_text(path: Path, report: LoadReport) -> tuple[str | None, str]:
+def _pdf_text(path: Path, raw: bytes, report: LoadReport) -> tuple[str | None, str]:
     try:
-        reader = PdfReader(str(path))
+        reader = PdfReader(io.BytesIO(raw))
         pages = [p.extract_text() or "" for p in reader.pages]
         meta_title = (reader.metadata.title if reader.metadata else None) or ""
     except Exception as err:  # pypdf raises many types for broken files
@@ -160,19 +192,60 @@ def load_jsonl_bytes(raw: bytes, where: str, report: LoadReport) -> list[Documen
     return docs
 
 
-def load_path(path: str | os.PathLike[str], report: LoadReport | None = None) -> tuple[list[Document], LoadReport]:
-    """Every document under ``path`` (a folder, walked recursively, or one file)."""
+IdMode = Literal["fail", "namespace"]
+
+
+def load_path(path: str | os.PathLike[str], report: LoadReport | None = None, *,
+              policy: PathPolicy | None = None, ids: IdMode = "fail") -> tuple[list[Document], LoadReport]:
+    """Every document under ``path`` (a folder, walked recursively, or one file).
+
+    ``policy``: refuse links and anything outside its root (checked before reading, and per file).
+    ``ids``: JSONL record ids that repeat (across files or in one) fail with the list (``"fail"``), or
+    every record id is prefixed with its file's path relative to ``path`` (``"namespace"``)."""
     report = report or LoadReport()
     p = Path(path).expanduser()
     if not p.exists():
         raise IngestError(f"path not found: {p}", fix="pass an existing folder or file to ingest")
+    if policy is not None:
+        policy.scan(p)
     if p.is_file():
-        return load_file(p, report), report
+        return _check_ids(load_file(p, report, policy), p.parent, ids), report
     files = list(_iter_files(p))
     if not files:
         raise IngestError(f"folder is empty: {p}",
                           fix=f"add {', '.join(sorted(SUPPORTED_SUFFIXES))} files to it, or point at another folder")
     docs: list[Document] = []
     for f in files:
-        docs.extend(load_file(f, report))
-    return docs, report
+        docs.extend(load_file(f, report, policy))
+    return _check_ids(docs, p, ids), report
+
+
+def check_record_ids(docs: list[Document]) -> list[Document]:
+    """``docs`` when no two share an id; else :class:`IdCollisionError` listing the ids and sources."""
+    return _check_ids(docs, Path("."), "fail", records_only=False)
+
+
+def _check_ids(docs: list[Document], base: Path, ids: IdMode, records_only: bool = True) -> list[Document]:
+    records = [d for d in docs if "record_id" in d.metadata or not records_only]
+    if ids == "namespace":
+        out = []
+        for d in docs:
+            if "record_id" in d.metadata:
+                src = Path(str(d.metadata["source"]))
+                rel = src.relative_to(base) if src.is_relative_to(base) else src
+                d = Document(id=f"{rel.as_posix()}:{d.metadata['record_id']}", text=d.text, metadata=d.metadata)
+            out.append(d)
+        return out
+    seen: dict[str, list[str]] = {}
+    for d in records:
+        loc = d.metadata.get("source", "records")
+        seen.setdefault(d.id, []).append(str(loc))
+    dup = {k: v for k, v in seen.items() if len(v) > 1}
+    if dup:
+        listed = "; ".join(f"{k!r} in {', '.join(v)}" for k, v in list(dup.items())[:10])
+        more = f" (and {len(dup) - 10} more ids)" if len(dup) > 10 else ""
+        raise IdCollisionError(f"{len(dup)} record id(s) occur more than once, nothing was ingested: {listed}{more}",
+                               collisions=dup, fix="give records unique ids, ingest the files into separate "
+                                                   "indexes, or set index.record_ids: namespace (ids become "
+                                                   "FILE:ID)")
+    return docs

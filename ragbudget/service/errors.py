@@ -26,12 +26,21 @@ STATUS_BY_ERROR: tuple[tuple[type[E.RagBudgetError], int], ...] = (
     (E.IndexNotFoundError, 404),
     (E.IndexMismatchError, 409),
     (E.IndexBusyError, 409),
+    (E.QuestionTooLongError, 413),
+    (E.PathRefusedError, 403),
+    (E.IdCollisionError, 409),
     (E.GenerationTimeoutError, 504),
     (E.GenerationError, 503),
     (E.ModelNotFoundError, 503),
     (E.CacheError, 503),
     (E.RagBudgetError, 400),  # QueryError, BudgetError, ConfigError, IngestError, RoutingError, …
 )
+
+
+RETRY_AFTER_UNAVAILABLE_S = 5  # Retry-After on a 503/504 from a backend (circuit breakers reset in seconds)
+
+HTTP_FIXES = {404: "check the URL; the routes are listed at /docs (OpenAPI at /openapi.json)",
+              405: "use the HTTP method the route documents at /docs"}
 
 
 class ApiError(Exception):
@@ -65,6 +74,8 @@ def rag_error_payload(err: E.RagBudgetError) -> tuple[int, dict[str, Any], dict[
     headers: dict[str, str] = {}
     if isinstance(err, E.AdmissionError):
         headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    elif status in (503, 504):  # a backend is down or slow: every 503 says when to come back
+        headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE_S)
     return status, error_body(type(err).__name__, split_message(err), err.fix), headers
 
 
@@ -86,8 +97,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(request: Request, err: ApiError) -> JSONResponse:
         _count(request, err.type)
+        headers = dict(err.headers or {})
+        if err.status == 503:
+            headers.setdefault("Retry-After", str(RETRY_AFTER_UNAVAILABLE_S))
         return JSONResponse(error_body(err.type, err.message, err.fix), status_code=err.status,
-                            headers=err.headers)
+                            headers=headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -98,7 +112,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
         _count(request, f"http_{err.status_code}")
-        return JSONResponse(error_body(f"http_{err.status_code}", str(err.detail), ""),
+        fix = HTTP_FIXES.get(err.status_code, "see the API reference at /docs")
+        return JSONResponse(error_body(f"http_{err.status_code}", str(err.detail), fix),
                             status_code=err.status_code, headers=getattr(err, "headers", None))
 
     @app.exception_handler(Exception)

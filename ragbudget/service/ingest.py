@@ -1,7 +1,11 @@
 """``POST /v1/ingest`` (a background job) and ``GET /v1/ingest/{job_id}``.
 
-Paths resolve inside ``service.document_root``; anything outside (``..``, absolute paths, symlinks that
-lead out) is refused with 403 before any file is opened.
+Paths resolve inside the tenant's document root (``service.tenants[].document_root``, relative to
+``service.document_root``; else ``service.document_root`` itself). Anything outside (``..``, absolute
+paths) is refused with 403 ``path_outside_root``, and symbolic links — the requested path's components or
+any entry of the folder it names — with 403 ``symlink_refused`` (``service.follow_symlinks: true`` follows
+links that stay inside the root), before any file is opened; the loader checks each file again as it
+opens it (no link is followed, nothing outside the root is read).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from ..config import TenantConfig
+from ..config import ServiceConfig, TenantConfig
+from ..errors import PathRefusedError
+from ..ingest.paths import PathPolicy
 from ..types import Document
 from . import heap
 from .auth import current_tenant, get_state, tenant_index
@@ -25,19 +31,26 @@ from .state import Job
 router = APIRouter()
 
 
-def resolve_inside(root: str, path: str) -> Path:
-    """``path`` resolved under ``root``; 403 when it leads outside, 400 when it does not exist."""
+def tenant_policy(svc: ServiceConfig, tenant: TenantConfig) -> PathPolicy:
+    """What ``tenant`` may ingest: its own root (or the shared one), links refused unless configured."""
+    base = Path(svc.document_root)
+    root = base / tenant.document_root if tenant.document_root else base
+    return PathPolicy.at(root, follow_symlinks=svc.follow_symlinks)
+
+
+def resolve_inside(policy: PathPolicy, path: str) -> Path:
+    """``path`` under the policy's root, every component and (for a folder) every entry checked;
+    403 naming the rule when refused, 400 when it does not exist."""
     try:
-        base = Path(root).resolve()
-        p = (base / path).resolve()
+        p = policy.resolve(path)
+        if not p.exists():
+            raise ApiError(400, "IngestError", f"path {path!r} does not exist under the document root",
+                           "check the path; GET /v1/indexes lists what is ingested")
+        policy.scan(p)
+    except PathRefusedError as err:
+        raise ApiError(403, err.rule, str(err).split("\n  fix:")[0], err.fix or "") from None
     except (OSError, ValueError) as err:
         raise ApiError(400, "IngestError", f"unusable path {path!r}: {err}", "send a path under the document root")
-    if p != base and not p.is_relative_to(base):
-        raise ApiError(403, "path_outside_root", f"path {path!r} is outside the document root",
-                       "send a path relative to service.document_root, without '..'")
-    if not p.exists():
-        raise ApiError(400, "IngestError", f"path {path!r} does not exist under the document root",
-                       "check the path; GET /v1/indexes lists what is ingested")
     return p
 
 
@@ -47,20 +60,23 @@ async def ingest(body: IngestRequest, request: Request, tenant: TenantConfig = D
     state = get_state(request)
     rag = require_rag(state)
     if (body.path is None) == (body.records is None):
-        raise ApiError(400, "IngestError", "send exactly one of 'path' or 'records'", "")
+        raise ApiError(400, "IngestError", "send exactly one of 'path' or 'records'",
+                       'send {"path": "folder/or/file"} or {"records": [{"id", "text", "title"?}]}, not both')
     if body.index is not None and body.index not in tenant.indexes and "*" not in tenant.indexes:
         raise ApiError(404, "IndexNotFoundError", f"no index named {body.index!r} for this tenant",
                        "ingest into one of your tenant's indexes")
     index = tenant_index(state, tenant, body.index)
     source: Any
+    policy = tenant_policy(state.config.service, tenant)
     if body.path is not None:
-        source = resolve_inside(state.config.service.document_root, body.path)
+        source = resolve_inside(policy, body.path)
     else:
-        source = [Document(id=r.id, text=r.text, metadata=r.metadata) for r in body.records or []]
+        source = [Document(id=r.id, text=r.text, metadata={**r.metadata, **({"title": r.title} if r.title else {})})
+                  for r in body.records or []]
 
     async def work(job: Job) -> Any:
         job.detail.update({"index": index, "source": str(body.path or f"{len(source)} records")})
-        report = await asyncio.to_thread(rag.ingest, source, index=index)
+        report = await asyncio.to_thread(rag.ingest, source, index=index, policy=policy)
         if state.heap_frozen:  # the old index is unreachable now: free its cycles, freeze the new one
             await asyncio.to_thread(heap.refreeze)
         return report

@@ -54,6 +54,11 @@ def _usage(answer: Answer) -> dict[str, Any]:
             "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
 
 
+def finish_reason(answer: Answer) -> str:
+    """OpenAI's finish_reason: "length" when the output hit its token cap (or broke off), else "stop"."""
+    return "length" if answer.finish_reason == "length" or answer.partial else "stop"
+
+
 def _extension(answer: Answer, extras: dict[str, Any]) -> dict[str, Any]:
     d = answer.to_dict()
     return {k: d[k] for k in ("citations", "ledger", "route", "cache_layer", "timings", "extractive", "partial")
@@ -74,7 +79,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         answer, extras = await answer_once(state, pq)
         return {"id": cid, "object": "chat.completion", "created": created, "model": body.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.answer},
-                             "finish_reason": "length" if answer.partial else "stop", "logprobs": None}],
+                             "finish_reason": finish_reason(answer), "logprobs": None}],
                 "usage": _usage(answer), "ragbudget": _extension(answer, extras)}
     precheck(state, pq)
 
@@ -95,7 +100,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                             out.append(chunk({"content": ev.text}))
                         elif isinstance(ev, FinalEvent):
                             a = ev.answer
-                            out.append(chunk({}, "length" if a.partial else "stop", usage=_usage(a),
+                            out.append(chunk({}, finish_reason(a), usage=_usage(a),
                                              ragbudget=_extension(a, extras)))
                     if out:
                         yield b"".join(out)

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 
 from sse_starlette.event import ServerSentEvent
 
+from ..accounting import check_question
 from ..config import TenantConfig
 from ..errors import AdmissionError
 from ..pipeline import RAG
@@ -31,7 +32,13 @@ class PreparedQuery:
     priority: str
     max_tokens: int | None
     est_tokens: int
+    input_tokens: int = 0  # question + history; the actual charge adds the completion tokens generated
     checked: bool = False  # admission.check already ran (streaming: before the response started)
+
+    def actual_tokens(self, answer: Answer) -> int:
+        """What the request really took from the token bucket: its input plus what the model generated
+        (a cache hit generated nothing)."""
+        return self.input_tokens + answer.usage.completion_tokens
 
     def kwargs(self, degrade_level: int) -> dict[str, Any]:
         return {"history": self.history or None, "mode": self.mode, "index": self.index, "tenant": self.tenant,
@@ -52,11 +59,7 @@ def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history
     limits = state.config.service.limits
     if not question.strip():
         raise ApiError(400, "QueryError", "the question is empty", "send a non-empty question")
-    q_tokens = state.tokenizer.count(question)
-    if q_tokens > limits.max_question_tokens:
-        raise ApiError(400, "limit_exceeded",
-                       f"the question has {q_tokens} tokens, over the limit of {limits.max_question_tokens}",
-                       "shorten the question")
+    q_tokens = check_question(question, state.config, state.tokenizer)  # the library's limit: 413 naming it
     if len(history) > limits.max_history_turns:
         raise ApiError(400, "limit_exceeded",
                        f"history has {len(history)} messages, over the limit of {limits.max_history_turns}",
@@ -72,9 +75,11 @@ def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history
         raise ApiError(404, "IndexNotFoundError", f"no index named {idx!r}",
                        "ingest documents into it first (POST /v1/ingest)")
     h_tokens = sum(state.tokenizer.count(m.content) for m in history)
-    out = max_tokens or limits.max_output_tokens
+    # charge what this request can produce, the response mode's cap (not the API's max); settle after
+    mode_cap = state.config.prompt.modes[mode or state.config.prompt.default_mode].max_tokens
+    out = min(max_tokens, mode_cap) if max_tokens is not None else mode_cap
     return PreparedQuery(question, history, mode, idx, tenant.name, priority, max_tokens,
-                         est_tokens=q_tokens + h_tokens + out)
+                         est_tokens=q_tokens + h_tokens + out, input_tokens=q_tokens + h_tokens)
 
 
 def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int,
@@ -129,6 +134,7 @@ async def answer_once(state: ServiceState, pq: PreparedQuery) -> tuple[Answer, d
     t0 = time.perf_counter()
     async with admitted(state, pq) as (level, wait_ms):
         answer = await rag.aquery(pq.question, **pq.kwargs(level))
+    state.admission.settle(pq.tenant, charged=pq.est_tokens, actual=pq.actual_tokens(answer))
     # the ladder sees what the client saw (queue wait included); the pipeline records the answer in Metrics
     state.admission.record_ttft((time.perf_counter() - t0) * 1000)
     return answer, _extras(answer, pq, wait_ms, level)
@@ -151,7 +157,10 @@ async def answer_stream_chunks(state: ServiceState, pq: PreparedQuery
                     if ttft_ms is None and isinstance(ev, (TokenEvent, FinalEvent)):
                         ttft_ms = (time.perf_counter() - t0) * 1000
                         state.admission.record_ttft(ttft_ms)
-                    extras = _extras(ev.answer, pq, wait_ms, level, ttft_ms) if isinstance(ev, FinalEvent) else {}
+                    extras = {}
+                    if isinstance(ev, FinalEvent):
+                        extras = _extras(ev.answer, pq, wait_ms, level, ttft_ms)
+                        state.admission.settle(pq.tenant, charged=pq.est_tokens, actual=pq.actual_tokens(ev.answer))
                     out.append((ev, extras))
                 yield out
 

@@ -46,6 +46,7 @@ class ChatCompletionRequest(BaseModel):
 class IngestRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=1000)
+    title: str | None = Field(None, max_length=10_000)
     text: str = Field(min_length=1)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
