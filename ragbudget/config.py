@@ -159,7 +159,7 @@ class BudgetConfig(_Section):
             if s.min > fixed:
                 raise BudgetConfigError(f"budget.{n}.min ({s.min}) exceeds its cap ({fixed})",
                                         fix=f"lower budget.{n}.min or raise its cap")
-            if n in ("question", "output") and fixed < 1:
+            if n == "output" and fixed < 1:  # (the question's room is checked with its limit, in Config)
                 src = "cap" if s.cap is not None else f"ratio × context_window ({s.ratio} × {self.context_window})"
                 raise BudgetConfigError(f"budget.{n}: {src} gives {fixed} tokens; the {n} needs at least 1",
                                         fix=f"set budget.{n}.cap to a positive number of tokens")
