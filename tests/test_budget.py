@@ -10,7 +10,7 @@ from ragbudget.errors import BudgetConfigError, BudgetError, ConfigError
 
 def test_default_allocation_uses_caps_and_fits():
     a = allocate(BudgetConfig())
-    assert (a.system, a.history, a.retrieved, a.question, a.output) == (512, 1024, 1200, 256, 512)
+    assert (a.system, a.history, a.retrieved, a.question, a.output) == (512, 1024, 1000, 256, 512)
     assert total(a) + BudgetConfig().safety_margin <= a.window
 
 
@@ -49,10 +49,16 @@ def test_zero_budget_section_is_allowed():
 
 def test_lend_moves_unused_history_to_retrieved():
     a = allocate(BudgetConfig())
-    b = lend(a, {"history": 100, "question": 20}, BudgetConfig().lend)
+    policy = [("history", "retrieved"), ("question", "retrieved")]
+    b = lend(a, {"history": 100, "question": 20}, policy)
     assert b.history == 100 and b.question == 20
     assert b.retrieved == a.retrieved + (1024 - 100) + (256 - 20)
     assert total(b) == total(a)
+
+
+def test_default_policy_lends_nothing_a_budget_is_a_ceiling():
+    a = allocate(BudgetConfig())
+    assert lend(a, {"history": 100, "question": 20}, BudgetConfig().lend) == a
 
 
 sizes = st.integers(min_value=0, max_value=3000)
