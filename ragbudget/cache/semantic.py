@@ -23,7 +23,7 @@ import numpy as np
 
 from ..config import SemanticCacheConfig
 from ..embed import Embedder
-from . import guards
+from . import contrast, guards
 from .base import CacheStats, KVBackend, decode_json, encode_json
 from .keys import ResponseScope, semantic_entry_key
 from .response import CacheHit, saved_ms, saved_tokens
@@ -76,6 +76,8 @@ class SemanticResponseCache:
         self.ttl_s = float(ttl_s)
         self.verifier = verifier
         self.guard = guard_settings(self.config)
+        if self.config.enabled and self.guard.contrast:
+            contrast.lexicon()  # load the contrast lexicon once per process now, not in the first lookup
         self.stats = stats or CacheStats("semantic")
         self._clock = clock
         self._scopes: dict[str, _Scope] = {}
