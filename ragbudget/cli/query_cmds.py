@@ -19,7 +19,7 @@ QUICKSTART_QUESTIONS = (
     "How is unused budget lent between sections?",
     "When does the semantic cache reject a hit?",
     "What did prefix reuse do to time to first token on llama.cpp?",
-    "How are budgets lent between sections?",  # a paraphrase of the first: served from cache
+    "Between sections, how is the unused budget lent?",  # a paraphrase of the first: served from cache
 )
 
 
