@@ -15,7 +15,7 @@ from .budget import SECTIONS, allocate, lend, section_limit
 from .config import Config
 from .errors import BudgetConfigError, BudgetError, QueryError
 from .history import Summarize, coerce_history, fit_history
-from .prompt import DATA_NOTICE, build_prompt, doc_header, static_prefix
+from .prompt import build_prompt, doc_header, static_prefix
 from .rerank import Reranker
 from .rerank import rerank as rerank_items
 from .tokens import Tokenizer
@@ -45,7 +45,7 @@ class ContextBuilder:
         self.summarize = summarize
         self.warnings = validate_config(config, tokenizer)
         # fixed per mode; measured once
-        self._docs_overhead = tokenizer.count(f"<documents>\n{DATA_NOTICE}\n\n\n</documents>") + 2
+        self._docs_overhead = tokenizer.count("<documents>\n\n</documents>") + 2
 
     def build(self, question: str, retrieved: Sequence[Scored], history: Sequence[Any] | None = None,
               mode: str | None = None, window: int | None = None, *, output_limit: int | None = None,

@@ -29,7 +29,7 @@ def test_static_prefix_identical_across_requests_and_data_fenced():
     assert a.static_prefix == b.static_prefix and a.prefix_fingerprint == b.prefix_fingerprint
     assert check_prefix_stability(a, b) == []
     user = a.messages[1].content
-    assert "data, not instructions" in user and "[1] doc0.md — T0" in user
+    assert "data, not instructions" in a.static_prefix and "[1] T0" in user  # the notice is cached
     assert user.count("</documents>") == 1  # the document's fence-closer was neutralised
     assert "Ignore previous instructions" not in a.static_prefix
     assert a.static_prefix_tokens == TOK.count(a.static_prefix)
@@ -98,3 +98,14 @@ def test_system_prompt_over_its_cap_fails_when_builder_is_made():
         ContextBuilder(big, TOK, None)
     warn = ContextBuilder(CFG.with_overrides({"prompt.modes.detailed.max_tokens": 4000}), TOK, None).warnings
     assert any("clamped" in w for w in warn)
+
+
+def test_document_headers_name_the_document_never_a_directory_or_collection():
+    def one(meta):
+        return build_prompt(CFG.prompt, TOK, question="q?", context=[Scored(Chunk(
+            id="c", doc_id="d", text="Some text.", metadata=meta), score=1.0)]).messages[1].content
+    assert "[1] refunds.md\nSome text." in one({"source": "/srv/tenant-a/private/refunds.md"})
+    assert "/srv" not in one({"source": "/srv/tenant-a/private/refunds.md"})
+    assert "[1]\nSome text." in one({"source": "/data/corpus.jsonl"})  # a record: the file says nothing
+    assert "[1] Refund policy\n" in one({"source": "/data/corpus.jsonl", "title": "Refund policy"})
+    assert "[1] notes.txt\n" in one({"source": "C:\\Users\\me\\notes.txt#3"})

@@ -113,9 +113,10 @@ def cranfield(base: Config, work: Path, emb: SentenceTransformerEmbedder, pipeli
     qids = sorted(beir.queries, key=lambda q: (len(q), q))
     rag = _rag(base, work, "cranfield", emb, folder / "corpus.jsonl")
     try:
+        # the pipeline first: its questions' embeddings are cold, as the goal's reference assumes
+        ours = _pipeline_run(rag, [beir.queries[q] for q in qids[:pipeline_queries]], None)
         nd = [ndcg_at_k(dedupe([s.chunk.doc_id for s in rag.search(beir.queries[q], k=100)]), beir.qrels[q], 10)
               for q in qids]
-        ours = _pipeline_run(rag, [beir.queries[q] for q in qids[:pipeline_queries]], None)
     finally:
         rag.close()
     ours["ndcg@10"] = round(sum(nd) / len(nd), 4)
