@@ -102,13 +102,47 @@ class RetrievalConfig(_Section):
     condense_tier: str | None = None
 
 
+class PostgresIndexConfig(_Section):
+    """``index.backend: postgres``: pool, pgvector HNSW and timeouts."""
+    pool_min: int = Field(1, ge=0)
+    pool_max: int = Field(8, ge=1)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    statement_timeout_ms: int = Field(10000, ge=0)  # 0 = none
+    hnsw_m: int = Field(16, ge=2, le=100)
+    hnsw_ef_construction: int = Field(64, ge=4, le=1000)
+    hnsw_ef_search: int = Field(100, ge=1, le=1000)
+    schema_name: str = Field("ragbudget", pattern=r"^[a-z_][a-z0-9_]{0,62}$")  # tables live in this schema
+
+    @model_validator(mode="after")
+    def _pool(self) -> "PostgresIndexConfig":
+        if self.pool_min > self.pool_max:
+            raise ValueError(f"index.postgres.pool_min ({self.pool_min}) > pool_max ({self.pool_max})")
+        return self
+
+
 class IndexConfig(_Section):
+    # where indexes live: "local" = files under ``dir`` (FAISS + BM25); "postgres" = PostgreSQL + pgvector
+    # named by ``dsn`` (or RAGBUDGET_INDEX__DSN), shared by every process that names the same database
+    backend: Literal["local", "postgres"] = "local"
+    dsn: str | None = None
+    postgres: PostgresIndexConfig = Field(default_factory=PostgresIndexConfig)
     dir: str = "indexes"
     name: str = "default"
+    # serving processes check the committed index version before each query (a stat or one SELECT) and
+    # swap in another process's ingest; false = only this process's own ingests are seen
+    follow_writes: bool = True
     lock_timeout_s: float = Field(600.0, ge=0)  # a second writer of one index waits this long, then fails
     # JSONL record ids that repeat within one ingest: fail listing them (nothing replaced), or namespace
     # every record id by its file ("sub/file.jsonl:ID")
     record_ids: Literal["fail", "namespace"] = "fail"
+
+    @model_validator(mode="after")
+    def _postgres_needs_dsn(self) -> "IndexConfig":
+        if self.backend == "postgres" and not (self.dsn or "").strip():
+            raise ValueError("index.backend=postgres needs index.dsn (or RAGBUDGET_INDEX__DSN), e.g. "
+                             "postgresql://user@localhost:5432/ragbudget; for an embedded server on this "
+                             "machine run `ragbudget pg start` and use the DSN it prints")
+        return self
 
 
 class RerankConfig(_Section):

@@ -76,7 +76,7 @@ class IndexRegistry:
                 report = idx.ingest(source, self.embedder, progress=progress, policy=policy)
             else:
                 docs, load = records_to_documents(source)
-                report = idx.add_documents(docs, self.embedder, progress=progress)
+                report = idx.add_documents(docs, self.embedder, progress=progress, save=False)
                 report.absorb(load)
                 idx.save(progress=progress)
             if self.config.embedding.warm_sentences:

@@ -87,7 +87,7 @@ def build_index(folder: str | Path, cfg: Config, embedder: Embedder) -> HybridIn
     with tempfile.TemporaryDirectory() as tmp:
         icfg = cfg.with_overrides({"index.dir": tmp})
         index = HybridIndex.create("eval-answers", icfg, model_id=embedder.model_id, dim=embedder.dim)
-        index.add_documents(docs, embedder)
+        index.add_documents(docs, embedder, save=False)
     return index
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..config import FaissConfig
 
+EXACT_FILTERED_ROWS = 20000  # a filtered search over fewer rows is an exact matrix product
 IVF_MIN_POINTS_PER_LIST = 39  # FAISS warns below this many training points per centroid
 
 
@@ -56,12 +57,30 @@ class DenseIndex:
             index.add(self.vectors)
         self._index = index
 
-    def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def search(self, query: np.ndarray, k: int, rows: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """Top ``k`` (row, score); with ``rows``, only among those rows (a metadata pre-filter): exact
+        over the rows when they are few, else FAISS with an id selector (the graph/lists skip the rest)."""
         if not len(self) or k <= 0:
             return []
         q = np.ascontiguousarray(query, np.float32).reshape(1, self.dim)
-        scores, rows = self._index.search(q, min(k, len(self)))  # type: ignore[union-attr]
-        return [(int(r), float(s)) for r, s in zip(rows[0], scores[0]) if r >= 0]
+        if rows is not None:
+            if not len(rows):
+                return []
+            if len(rows) <= EXACT_FILTERED_ROWS or self.kind == "flat":
+                scores = self.vectors[rows] @ q[0]
+                k = min(k, len(rows))
+                top = np.argpartition(-scores, k - 1)[:k]
+                top = top[np.argsort(-scores[top], kind="stable")]
+                return [(int(rows[i]), float(scores[i])) for i in top]
+            sel = faiss.IDSelectorBatch(np.ascontiguousarray(rows, dtype=np.int64))
+            if self.kind == "hnsw":
+                params = faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.config.hnsw_ef_search, k))
+            else:
+                params = faiss.SearchParametersIVF(sel=sel, nprobe=self.config.ivf_nprobe)
+            scores, found = self._index.search(q, min(k, len(rows)), params=params)  # type: ignore[union-attr]
+            return [(int(r), float(s)) for r, s in zip(found[0], scores[0]) if r >= 0]
+        scores, found = self._index.search(q, min(k, len(self)))  # type: ignore[union-attr]
+        return [(int(r), float(s)) for r, s in zip(found[0], scores[0]) if r >= 0]
 
     def save(self, folder: Path) -> None:
         np.save(folder / "vectors.npy", self.vectors)

@@ -10,64 +10,40 @@ and chunks of documents that disappeared from a re-ingested folder are removed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from ..config import Config
 from ..embed import Embedder, EmbeddingCache, SentenceTransformerEmbedder
 from ..errors import IndexError_, IndexNotFoundError, IngestError
-from ..ingest import Chunker, LoadReport, load_path
+from ..ingest import Chunker, load_path
 from ..ingest.paths import PathPolicy
 from ..tokens import Tokenizer
 from ..types import Chunk, Document
+from .atomic import clean_leftovers, fsync_dir, recover_swap
+from .base import ProgressFn
 from .dense import DenseIndex
 from .lock import index_write_lock
 from .manifest import MANIFEST_FILE, Manifest, content_version
-from .sparse import SparseIndex
+from .report import IngestReport
+from .filters import Filters, fingerprint, matches
+from .sparse import Analyzer, SparseIndex
 from .store import ChunkStore
 
-ProgressFn = Callable[[str, int, int], None]
 log = logging.getLogger(__name__)
-"""``progress(stage, done, total)``; stages: ``load``, ``chunk``, ``embed``, ``index``, ``save``."""
 
+FILTER_MEMO = 64  # distinct filters whose allowed rows are kept per loaded version
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 EMBED_BATCH = 256
-
-
-@dataclass
-class IngestReport:
-    """Outcome of one ingest: documents and chunk counts, files read/skipped/failed, timing."""
-
-    index: str
-    documents: int = 0
-    chunks_added: int = 0
-    chunks_unchanged: int = 0
-    chunks_removed: int = 0
-    documents_removed: int = 0
-    embedded: int = 0
-    files_read: int = 0
-    records_read: int = 0
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    content_version: str = ""
-
-    def absorb(self, load: LoadReport) -> None:
-        self.files_read += load.files_read
-        self.records_read += load.records_read
-        self.skipped += load.skipped
-        self.failed += load.failed
-        self.notes += load.notes
 
 
 def default_embedder(cfg: Config) -> SentenceTransformerEmbedder:
@@ -111,6 +87,7 @@ class HybridIndex:
         self.sources = sources
         self._ids: list[str] = store.ids
         self._dirty = not (folder / MANIFEST_FILE).is_file()
+        self._filter_memo: dict[str, np.ndarray] = {}
         self.chunker = Chunker(config.chunking, _ingest_tokenizer(config))
 
     # -- construction ---------------------------------------------------------------------------
@@ -142,7 +119,7 @@ class HybridIndex:
     @classmethod
     def exists(cls, name: str, cfg: Config) -> bool:
         folder = cls.path_for(name, cfg)
-        _recover_swap(folder)
+        recover_swap(folder)
         return (folder / MANIFEST_FILE).is_file()
 
     @classmethod
@@ -152,7 +129,7 @@ class HybridIndex:
         Raises IndexNotFoundError (listing existing indexes) or IndexMismatchError (naming both models).
         """
         folder = cls.path_for(name, cfg)
-        _recover_swap(folder)
+        recover_swap(folder)
         if not (folder / MANIFEST_FILE).is_file():
             existing = list_indexes(cfg.index.dir)
             raise IndexNotFoundError(
@@ -191,11 +168,68 @@ class HybridIndex:
     def chunk_at(self, row: int) -> Chunk:
         return self.store.get(self._ids[row])
 
-    def search_dense(self, query_vector: np.ndarray, k: int) -> list[tuple[Chunk, float]]:
-        return [(self.chunk_at(r), s) for r, s in self.dense.search(query_vector, k)]
+    @property
+    def analyzer(self) -> Analyzer:
+        return self.sparse.analyzer
 
-    def search_sparse(self, query: str, k: int) -> list[tuple[Chunk, float]]:
-        return [(self.chunk_at(r), s) for r, s in self.sparse.search(query, k)]
+    def idf(self, terms: Sequence[str]) -> dict[str, float]:
+        return self.sparse.idf(terms)
+
+    def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
+        return [self.store.get(i) for i in ids if i in self.store]
+
+    def allowed_rows(self, filters: Filters) -> np.ndarray | None:
+        """Rows matching ``filters`` (None = all rows), memoised per filter for this version."""
+        if not filters:
+            return None
+        key = fingerprint(filters)
+        rows = self._filter_memo.get(key)
+        if rows is None:
+            rows = np.fromiter((i for i, cid in enumerate(self._ids) if matches(self.store.get(cid), filters)),
+                               dtype=np.int64)
+            if len(self._filter_memo) >= FILTER_MEMO:
+                self._filter_memo.pop(next(iter(self._filter_memo)))
+            self._filter_memo[key] = rows
+        return rows
+
+    def search_dense(self, query_vector: np.ndarray, k: int, filters: Filters = ()) -> list[tuple[Chunk, float]]:
+        rows = self.allowed_rows(filters)
+        if rows is not None and not len(rows):
+            return []
+        return [(self.chunk_at(r), s) for r, s in self.dense.search(query_vector, k, rows=rows)]
+
+    def search_sparse(self, query: str, k: int, filters: Filters = ()) -> list[tuple[Chunk, float]]:
+        rows = self.allowed_rows(filters)
+        if rows is not None and not len(rows):
+            return []
+        return [(self.chunk_at(r), s) for r, s in self.sparse.search(query, k, rows=rows)]
+
+    def info(self) -> dict[str, object]:
+        return {"name": self.name, "backend": "local", "chunks": len(self), "documents": self.manifest.n_documents,
+                "content_version": self.version, "path": str(self.folder),
+                "manifest": dataclasses.asdict(self.manifest)}
+
+    def close(self) -> None:
+        self._filter_memo.clear()
+
+    def delete(self, *, doc_ids: Iterable[str] = (), sources: Iterable[str] = (), save: bool = True) -> int:
+        """Remove documents by id or by source (a path as ingested, or a record file's ``path:id``
+        prefix); then save. Returns the number of chunks removed (0: nothing saved)."""
+        ids, srcs = set(doc_ids), set(sources)
+        gone = {c.doc_id for c in self.store if c.doc_id in ids or c.source in srcs
+                or any(c.source.startswith(s + ":") for s in srcs)}
+        if not gone:
+            return 0
+        keep = [i for i, cid in enumerate(self._ids) if self.store.get(cid).doc_id not in gone]
+        removed = len(self._ids) - len(keep)
+        chunks = [self.store.get(self._ids[i]) for i in keep]
+        self._replace(chunks, self.dense.vectors[keep], [self.sparse.tokens[i] for i in keep])
+        for root, docs in list(self.sources.items()):
+            self.sources[root] = [d for d in docs if d not in gone]
+        self._dirty = True
+        if save:
+            self.save()
+        return removed
 
     # -- ingest ---------------------------------------------------------------------------------
     def ingest(self, path: str | os.PathLike[str], embedder: Embedder, *, progress: ProgressFn | None = None,
@@ -210,7 +244,8 @@ class HybridIndex:
         # Files that could not be read this time keep what they had in the index (nothing is lost).
         protect = {w for w, _ in load.skipped + load.failed}
         protect |= {w.rsplit(":", 1)[0] for w in protect}
-        report = self.add_documents(docs, embedder, root=root, progress=progress, protect_sources=protect)
+        report = self.add_documents(docs, embedder, root=root, progress=progress, protect_sources=protect,
+                                    save=False)
         report.absorb(load)
         if not docs and not load.files_read:
             report.notes.append(f"no document could be read from {root}; the index was left as it was")
@@ -220,8 +255,10 @@ class HybridIndex:
         return report
 
     def add_documents(self, docs: Sequence[Document], embedder: Embedder, *, root: str | None = None,
-                      progress: ProgressFn | None = None, protect_sources: set[str] = frozenset()) -> IngestReport:
-        """Upsert ``docs`` in memory (call :meth:`save` after). With ``root``, documents previously
+                      progress: ProgressFn | None = None, protect_sources: set[str] = frozenset(),
+                      save: bool = True) -> IngestReport:
+        """Upsert ``docs`` and commit them (``save=False``: in memory only; call :meth:`save` after).
+        With ``root``, documents previously
         ingested from that root and absent from ``docs`` are removed, unless their source is in
         ``protect_sources`` (files that failed to load this time)."""
         if embedder.model_id != self.manifest.embedding_model:
@@ -288,21 +325,29 @@ class HybridIndex:
         tokens = [fresh_tokens[c.id] if c.id in fresh_tokens else old_tokens[old_rows[c.id]] for c in chunks]
         if progress:
             progress("index", 0, 1)
+        self._replace(chunks, vectors, tokens)
+        report.notes += self.dense.notes
+        self.manifest.chunker = self.chunker.settings()
+        report.content_version = self.manifest.content_version
+        if progress:
+            progress("index", 1, 1)
+        if save:
+            self.save(progress=progress)
+        return report
+
+    def _replace(self, chunks: list[Chunk], vectors: np.ndarray, tokens: list[list[str]]) -> None:
+        """Swap in a new row set (a new revision): dense, sparse, store, manifest counts and version."""
         self.dense.rebuild(vectors)
         self.sparse.rebuild(tokens)
         self.store = ChunkStore(chunks)
         self._ids = self.store.ids
-        report.notes += self.dense.notes
+        self._filter_memo = {}
         m = self.manifest
+        m.revision += 1
         m.n_chunks, m.n_documents = len(chunks), len(self.store.doc_ids())
-        m.content_version = content_version(self._ids)
+        m.content_version = content_version(self._ids, m.revision)
         m.faiss_kind, m.updated_at, m.notes = self.dense.kind, time.time(), list(self.dense.notes)
-        m.chunker = self.chunker.settings()
         m.analyzer = {**self.sparse.analyzer.settings(), "k1": self.sparse.config.k1, "b": self.sparse.config.b}
-        report.content_version = m.content_version
-        if progress:
-            progress("index", 1, 1)
-        return report
 
     # -- persistence ----------------------------------------------------------------------------
     def _write_files(self, folder: Path) -> None:
@@ -319,7 +364,7 @@ class HybridIndex:
         old = target.parent / f".{target.name}.old"
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            _recover_swap(target)
+            recover_swap(target)
             clean_leftovers(target)  # the writer holds the lock: any other temp folder is a crash's leftover
             tmp.mkdir()
         except OSError as err:
@@ -329,51 +374,19 @@ class HybridIndex:
                                   "(check that it exists, is a folder and its permissions)") from None
         try:
             self._write_files(tmp)
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             if target.exists():
                 shutil.rmtree(old, ignore_errors=True)
                 os.replace(target, old)
             os.replace(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
-            _recover_swap(target)
+            recover_swap(target)
             raise
         shutil.rmtree(old, ignore_errors=True)
         self._dirty = False
         if progress:
             progress("save", 1, 1)
-
-
-def _fsync_dir(folder: Path) -> None:
-    for p in folder.iterdir():
-        with open(p, "rb") as f:
-            os.fsync(f.fileno())
-
-
-def clean_leftovers(target: Path) -> list[str]:
-    """Remove what an interrupted save of ``target`` left beside it (``.NAME.tmp-PID`` folders, and
-    ``.NAME.old`` once the index itself is in place). Call only while holding the index's writer lock."""
-    removed = []
-    parent = target.parent
-    if not parent.is_dir():
-        return removed
-    for p in parent.glob(f".{target.name}.tmp-*"):
-        shutil.rmtree(p, ignore_errors=True)
-        removed.append(p.name)
-    old = parent / f".{target.name}.old"
-    if old.exists() and (target / MANIFEST_FILE).is_file():
-        shutil.rmtree(old, ignore_errors=True)
-        removed.append(old.name)
-    if removed:
-        log.info("removed leftovers of an interrupted save: %s", removed)
-    return removed
-
-
-def _recover_swap(target: Path) -> None:
-    """Finish or undo a swap interrupted between its renames: put the previous index back."""
-    old = target.parent / f".{target.name}.old"
-    if not target.exists() and (old / MANIFEST_FILE).is_file():
-        os.replace(old, target)
 
 
 def ingest_path(path: str | os.PathLike[str], name: str, cfg: Config, embedder: Embedder, *,

@@ -15,9 +15,12 @@ FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 
 
-def content_version(chunk_ids: Iterable[str]) -> str:
-    """Hash of the sorted chunk ids: equal content ⇔ equal version (used by caches as the index version)."""
+def content_version(chunk_ids: Iterable[str], revision: int = 0) -> str:
+    """Hash of the sorted chunk ids and the write ``revision`` (bumped by every committed change, metadata
+    included): caches key entries by it, so none made from an older version is served."""
     h = hashlib.sha256()
+    if revision:
+        h.update(f"r{revision}\n".encode())
     for cid in sorted(chunk_ids):
         h.update(cid.encode())
         h.update(b"\n")
@@ -36,6 +39,7 @@ class Manifest:
     n_chunks: int = 0
     n_documents: int = 0
     content_version: str = ""
+    revision: int = 0  # committed writes so far
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     notes: list[str] = field(default_factory=list)

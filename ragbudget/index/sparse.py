@@ -79,12 +79,17 @@ class SparseIndex:
         has_terms = any(self.tokens)
         self._bm25 = BM25Okapi(self.tokens, k1=self.config.k1, b=self.config.b) if has_terms else None
 
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        """Top ``k`` rows; empty when the query has no index terms (only stop words or punctuation)."""
+    def search(self, query: str, k: int, rows: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """Top ``k`` rows (only among ``rows`` when given); empty when the query has no index terms
+        (only stop words or punctuation)."""
         q = self.analyzer(query)
         if self._bm25 is None or not q or k <= 0:
             return []
         scores = self._bm25.get_scores(q)
+        if rows is not None:
+            masked = np.zeros_like(scores)
+            masked[rows] = scores[rows]
+            scores = masked
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top], kind="stable")]
