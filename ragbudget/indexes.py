@@ -1,16 +1,20 @@
-"""Named indexes of one configuration, loaded once and swapped atomically after an ingest.
+"""Named indexes of one configuration, loaded once, kept fresh, and swapped atomically after a write.
 
-The :class:`IndexRegistry` is what the ``RAG`` facade queries: ``get(name)`` gives the loaded index and
-its retriever; ``ingest`` upserts a folder, file or records and replaces the loaded copy only when the
-new one is saved, so concurrent queries see either the old index or the new one, never a half.
+The :class:`IndexRegistry` is what the ``RAG`` facade queries: ``get(name)`` gives the loaded index and its
+retriever. Before handing it out it asks the backend for the committed version (a ``stat`` on ``local``, one
+indexed ``SELECT`` on ``postgres``): when another process — a CLI ingest, another server, another worker —
+committed a write, the new version is opened and swapped in for the next query, while queries already
+running finish on the object they hold. Caches key their entries by the version, so none made from an older
+version is served. ``ingest``/``delete`` write under the backend's writer lock and swap in what they saved.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -18,39 +22,67 @@ from typing import Any, Iterable, Mapping
 from .config import Config
 from .embed import Embedder
 from .errors import IngestError
-from .index import HybridIndex, IngestReport, ProgressFn
+from .index import IngestReport, ProgressFn
+from .index.backends import make_backend
+from .index.base import IndexBackend, IndexStore
 from .index.hybrid import wait_notice
-from .index.lock import index_write_lock
 from .ingest.loaders import LoadReport, check_record_ids, load_jsonl_bytes
 from .ingest.paths import PathPolicy
 from .retrieve import HybridRetriever
 from .trim import split_sentences
 from .types import Chunk, Document
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class LoadedIndex:
-    index: HybridIndex
+    index: IndexStore
     retriever: HybridRetriever
 
 
 class IndexRegistry:
-    """Loads indexes by name on first use; ingests into them. Thread-safe."""
+    """Loads indexes by name on first use, follows other processes' writes, ingests. Thread-safe."""
 
-    def __init__(self, config: Config, embedder: Embedder) -> None:
+    def __init__(self, config: Config, embedder: Embedder, backend: IndexBackend | None = None) -> None:
         self.config = config
         self.embedder = embedder
+        self.backend = backend if backend is not None else make_backend(config)
         self._loaded: dict[str, LoadedIndex] = {}
         self._lock = threading.RLock()
+        self._reload_locks: dict[str, threading.Lock] = {}
         self._ingest_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ragbudget-sparse")
+        self.swaps = 0  # versions swapped in from other processes' writes
+
+    def _wrap(self, store: IndexStore) -> LoadedIndex:
+        return LoadedIndex(store, HybridRetriever(store, self.config.retrieval, self.embedder, pool=self._pool))
 
     def get(self, name: str) -> LoadedIndex:
+        """The index ``name`` at its latest committed version (opened on first use)."""
         with self._lock:
             got = self._loaded.get(name)
-            if got is None:
-                idx = HybridIndex.load(name, self.config, model_id=self.embedder.model_id)
-                got = self._loaded[name] = LoadedIndex(idx, HybridRetriever(idx, self.config.retrieval, self.embedder))
+            lock = self._reload_locks.setdefault(name, threading.Lock())
+        if got is not None and not self.config.index.follow_writes:
             return got
+        if got is not None:
+            committed = self.backend.committed_version(name)
+            if committed is None or committed == got.index.version:
+                return got  # unchanged (None: mid-swap or removed; keep serving what is loaded)
+        with lock:  # one thread opens the new version; the others wait for it, then use it
+            with self._lock:
+                now = self._loaded.get(name)
+            if now is not None and now is not got:
+                return now
+            store = self.backend.open(name, self.embedder)
+            fresh = self._wrap(store)
+            with self._lock:
+                self._loaded[name] = fresh
+            if got is not None:
+                self.swaps += 1
+                log.info("index %r: swapped in version %s (was %s), written by another process",
+                         name, store.version, got.index.version)
+            return fresh
 
     def loaded_names(self) -> list[str]:
         """Indexes held in memory now."""
@@ -58,35 +90,42 @@ class IndexRegistry:
             return sorted(self._loaded)
 
     def info(self, name: str) -> dict[str, Any]:
-        loaded = self.get(name)
-        return {"name": loaded.index.name, "chunks": len(loaded.index), "content_version": loaded.index.version,
-                "manifest": dataclasses.asdict(loaded.index.manifest)}
+        return self.get(name).index.info()
+
+    def _swap(self, name: str, store: IndexStore) -> None:
+        with self._lock:
+            self._loaded[name] = self._wrap(store)  # the old object stays valid for queries holding it
 
     def ingest(self, source: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Document], name: str, *,
                rebuild: bool = False, progress: ProgressFn | None = None,
                policy: PathPolicy | None = None) -> IngestReport:
-        """Upsert a folder/file or records into index ``name``, save it atomically, then swap it in."""
-        with self._ingest_lock, index_write_lock(HybridIndex.path_for(name, self.config),
-                                                 self.config.index.lock_timeout_s, on_wait=wait_notice(progress)):
-            idx = HybridIndex.open_or_create(name, self.config, self.embedder, rebuild=rebuild)
-            before = set(idx.store.ids)
+        """Upsert a folder/file or records into index ``name``, commit it, then swap it in."""
+        with self._ingest_lock, self.backend.write_lock(name, self.config.index.lock_timeout_s,
+                                                        on_wait=wait_notice(progress)):
+            idx = self.backend.open(name, self.embedder, create=True, rebuild=rebuild)
+            local = getattr(idx, "store", None)
+            before = set(local.ids) if local is not None else set()
             if isinstance(source, (str, os.PathLike)):
                 if not Path(source).expanduser().exists():
                     raise IngestError(f"path not found: {source}", fix="pass an existing folder or file")
-                report = idx.ingest(source, self.embedder, progress=progress, policy=policy)
+                report = idx.ingest(str(source), self.embedder, progress=progress, policy=policy)
             else:
                 docs, load = records_to_documents(source)
-                report = idx.add_documents(docs, self.embedder, progress=progress, save=False)
+                report = idx.add_documents(docs, self.embedder, progress=progress)
                 report.absorb(load)
-                idx.save(progress=progress)
-            if self.config.embedding.warm_sentences:
-                self._warm_sentences([c for c in idx.store if c.id not in before], progress)
-            with self._lock:
-                old = self._loaded.pop(name, None)
-                self._loaded[name] = LoadedIndex(idx, HybridRetriever(idx, self.config.retrieval, self.embedder))
-            if old is not None:
-                old.retriever.close()
+            if self.config.embedding.warm_sentences and local is not None:
+                self._warm_sentences([c for c in idx.store if c.id not in before], progress)  # type: ignore[attr-defined]
+            self._swap(name, idx)
             return report
+
+    def delete(self, name: str, *, doc_ids: Iterable[str] = (), sources: Iterable[str] = ()) -> int:
+        """Remove documents by id or source from index ``name``; returns the chunks removed."""
+        with self._ingest_lock, self.backend.write_lock(name, self.config.index.lock_timeout_s):
+            idx = self.backend.open(name, self.embedder)
+            removed = idx.delete(doc_ids=list(doc_ids), sources=list(sources))
+            if removed:
+                self._swap(name, idx)
+            return removed
 
     def _warm_sentences(self, chunks: list[Chunk], progress: ProgressFn | None) -> None:
         """Embed the sentences of new chunks now (into the embedding cache), so that query-time
@@ -101,8 +140,10 @@ class IndexRegistry:
     def close(self) -> None:
         with self._lock:
             for loaded in self._loaded.values():
-                loaded.retriever.close()
+                loaded.index.close()
             self._loaded.clear()
+        self._pool.shutdown(wait=False)
+        self.backend.close()
 
 
 def records_to_documents(source: Iterable[Mapping[str, Any] | Document]) -> tuple[list[Document], LoadReport]:

@@ -31,7 +31,9 @@ from .context import BuiltContext, ContextBuilder
 from .embed import EmbeddingCache, SentenceTransformerEmbedder
 from .errors import AdmissionError, CacheError, QueryError
 from .history import coerce_history
-from .index import IngestReport, ProgressFn, list_indexes
+from .index import IngestReport, ProgressFn
+from .index.filters import Filters, parse_filters
+from .index.filters import fingerprint as filter_fingerprint
 from .indexes import IndexRegistry, LoadedIndex
 from .ingest.paths import PathPolicy
 from .llm import make_generator, make_prompt
@@ -153,7 +155,7 @@ class RAG:
             return self._indexes
 
     def list_indexes(self) -> list[str]:
-        return list_indexes(self.config.index.dir)
+        return self.indexes.backend.list()
 
     def index_info(self, name: str | None = None) -> dict[str, Any]:
         return self.indexes.info(name or self.index_name)
@@ -166,6 +168,14 @@ class RAG:
         return self.indexes.ingest(source, index or self.index_name, rebuild=rebuild, progress=progress,
                                    policy=policy)
 
+    def delete(self, *, doc_ids: Iterable[str] = (), sources: Iterable[str] = (), index: str | None = None) -> int:
+        """Remove documents by id or by source path; returns the number of chunks removed. Every process
+        serving the index sees the deletion by its next query; cached answers made before it are not served."""
+        doc_ids, sources = list(doc_ids), list(sources)
+        if not doc_ids and not sources:
+            raise QueryError("nothing to delete", fix="pass doc_ids=[...] and/or sources=[...]")
+        return self.indexes.delete(index or self.index_name, doc_ids=doc_ids, sources=sources)
+
     def _loaded(self, name: str | None) -> LoadedIndex:
         return self.indexes.get(name or self.index_name)
 
@@ -174,25 +184,30 @@ class RAG:
 
     # ------------------------------------------------------------------ retrieval
     def search(self, question: str, *, k: int | None = None, index: str | None = None,
-               mode: str | None = None) -> list[Scored]:
-        return self._loaded(index).retriever.retrieve(question, k, mode)  # type: ignore[arg-type]
+               mode: str | None = None, filters: Mapping[str, Any] | None = None) -> list[Scored]:
+        """Retrieval only: the top ``k`` chunks among those matching ``filters``."""
+        return self._loaded(index).retriever.retrieve(question, k, mode,  # type: ignore[arg-type]
+                                                      filters=parse_filters(filters))
 
-    def _retrieve(self, question: str, loaded: LoadedIndex, k: int, timings: Timings, ledger: Ledger) -> list[Scored]:
+    def _retrieve(self, question: str, loaded: LoadedIndex, k: int, timings: Timings, ledger: Ledger,
+                  filters: Filters = ()) -> list[Scored]:
         settings = {"mode": self.config.retrieval.mode, "k": k, "rrf_k": self.config.retrieval.rrf_k,
                     "w": [self.config.retrieval.dense_weight, self.config.retrieval.sparse_weight]}
+        if filters:
+            settings["filters"] = filter_fingerprint(filters)
         rc = self.cache.retrieval
         t0 = time.perf_counter()
         if rc is not None:
             hit = rc.get(loaded.index.version, settings, question)
             timings.stages["cache_retrieval"] = _ms(t0)
             if hit is not None:
-                store = loaded.index.store
-                if all(cid in store for cid, _ in hit):
+                got = loaded.index.get_chunks([cid for cid, _ in hit])
+                if len(got) == len(hit):
                     ledger.flags.append("retrieval_cache_hit")
-                    return [Scored(chunk=store.get(cid), score=s, fused_score=s) for cid, s in hit]
+                    return [Scored(chunk=c, score=s, fused_score=s) for c, (_, s) in zip(got, hit)]
         notes: list[str] = []
         stage: dict[str, float] = {}
-        out = loaded.retriever.retrieve(question, k, timings=stage, notes=notes)
+        out = loaded.retriever.retrieve(question, k, timings=stage, notes=notes, filters=filters)
         timings.stages.update(stage)
         ledger.section("retrieved").notes.extend(notes)
         if rc is not None:
@@ -217,8 +232,9 @@ class RAG:
 
     # ------------------------------------------------------------------ the query path
     def _scope(self, loaded: LoadedIndex | None, tenant: str, mode: str, max_tokens: int,
-               history: Sequence[Message]) -> ResponseScope:
+               history: Sequence[Message], filters: Filters = ()) -> ResponseScope:
         return ResponseScope(tenant=tenant, index_version=loaded.index.version if loaded else "",
+                             filters=filter_fingerprint(filters) if filters else "",
                              prompt_version=f"{self.config.prompt.version}:{self._prefix_fp(mode)}",
                              model_tier=self._tiers_fp, max_tokens=max_tokens, mode=mode,
                              conversation=conversation_fingerprint(history))
@@ -239,7 +255,8 @@ class RAG:
     def stream(self, question: str, *, history: Sequence[Message | Mapping[str, str]] | None = None,
                mode: str | None = None, index: str | None = None, tenant: str = "default",
                degrade_level: int = 0, max_tokens: int | None = None, task: str | None = None,
-               escalate: bool = False, cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+               escalate: bool = False, cancel: threading.Event | None = None,
+               filters: Mapping[str, Any] | None = None) -> Iterator[StreamEvent]:
         """Progress events, token events, then one FinalEvent with the complete Answer.
 
         ``escalate=True`` holds a small tier's answer until it passes the router's check (not empty, no
@@ -253,6 +270,7 @@ class RAG:
             raise AdmissionError(f"degrade level {degrade_level}: overloaded, request rejected",
                                  fix="retry after Retry-After")
         check_question(question, self.config, self.tokenizer)  # one limit, refused (413), never cut
+        flt = parse_filters(filters)  # a bad filter is a QueryError (400) before any work
         mode = self._mode(mode)
         hist = coerce_history(history or [])
         mode_cfg = self.config.prompt.modes[mode]
@@ -267,7 +285,7 @@ class RAG:
             return
 
         loaded = self._loaded(index)
-        scope = self._scope(loaded, tenant, mode, out_tokens, hist)
+        scope = self._scope(loaded, tenant, mode, out_tokens, hist, flt)
 
         # 2. response cache: exact, then semantic
         yield ProgressEvent("cache", "looking up cached answers")
@@ -298,7 +316,7 @@ class RAG:
             k = max(1, k // 2)
         search_q = self._condense(question, hist, ledger)
         retrieved = self._retrieve(search_q, loaded, max(k, self.config.rerank.top_n if degrade_level < 2 else k),
-                                   timings, ledger)
+                                   timings, ledger, flt)
 
         # 4. rerank, budget, trim, history, prompt
         yield ProgressEvent("reranking", f"{len(retrieved)} candidates")
@@ -307,8 +325,8 @@ class RAG:
         built = self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens,
                                    rerank=degrade_level < DEGRADE_NO_RERANK,
                                    retrieved_scale=0.5 if degrade_level >= DEGRADE_SMALLER_CONTEXT else 1.0,
-                                   ledger=ledger, timings=timings.stages, terms=loaded.index.sparse.analyzer.terms,
-                                   term_weights=loaded.index.sparse.idf)
+                                   ledger=ledger, timings=timings.stages, terms=loaded.index.analyzer.terms,
+                                   term_weights=loaded.index.idf)
         timings.stages["context"] = _ms(t0)
         changed = self._prefix_monitor.observe(mode, built.prompt.static_prefix, prefix_parts(self.config.prompt, mode))
         if changed is not None:  # every engine's prefix cache misses on this request
@@ -324,7 +342,7 @@ class RAG:
         def refit(window: int):  # the router re-fits the context to a smaller window on fallback
             led = Ledger.from_dict(pre_build.to_dict())
             b = self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens, window=window,
-                                   terms=loaded.index.sparse.analyzer.terms, term_weights=loaded.index.sparse.idf,
+                                   terms=loaded.index.analyzer.terms, term_weights=loaded.index.idf,
                                    rerank=degrade_level < DEGRADE_NO_RERANK,
                                    retrieved_scale=0.5 if degrade_level >= DEGRADE_SMALLER_CONTEXT else 1.0,
                                    ledger=led)

@@ -16,7 +16,8 @@ from .config import RetrievalConfig
 from .embed import Embedder
 from .errors import QueryError
 from .fusion import ranks, rrf
-from .index import HybridIndex
+from .index.base import IndexStore
+from .index.filters import Filters
 from .types import Chunk, Scored
 
 Mode = Literal["hybrid", "dense", "bm25"]
@@ -28,35 +29,42 @@ def _ms(t0: float) -> float:
 
 
 class HybridRetriever:
-    """``retrieve(query, k, mode)`` over a :class:`~ragbudget.index.HybridIndex`. Thread-safe."""
+    """``retrieve(query, k, mode, filters=...)`` over an :class:`~ragbudget.index.base.IndexStore`.
+    Thread-safe. ``pool`` runs the sparse search beside the dense one (shared by the registry's retrievers,
+    so a version swap never shuts a pool an in-flight query still uses); without it, one of its own."""
 
-    def __init__(self, index: HybridIndex, config: RetrievalConfig, embedder: Embedder) -> None:
+    def __init__(self, index: IndexStore, config: RetrievalConfig, embedder: Embedder,
+                 pool: ThreadPoolExecutor | None = None) -> None:
         self.index = index
         self.config = config
         self.embedder = embedder
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ragbudget-sparse")
+        self._own_pool = pool is None
+        self._pool = pool or ThreadPoolExecutor(max_workers=4, thread_name_prefix="ragbudget-sparse")
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
+        if self._own_pool:
+            self._pool.shutdown(wait=False)
 
-    def _dense(self, query: str, n: int, timings: dict[str, float]) -> list[tuple[Chunk, float]]:
+    def _dense(self, query: str, n: int, timings: dict[str, float], filters: Filters) -> list[tuple[Chunk, float]]:
         t0 = time.perf_counter()
         qvec = self.embedder.embed_query(query)
         timings["embed"] = _ms(t0)
         t1 = time.perf_counter()
-        hits = self.index.search_dense(qvec, n)
+        hits = self.index.search_dense(qvec, n, filters) if filters else self.index.search_dense(qvec, n)
         timings["dense"] = _ms(t1)
         return hits
 
-    def _sparse(self, query: str, n: int, timings: dict[str, float]) -> list[tuple[Chunk, float]]:
+    def _sparse(self, query: str, n: int, timings: dict[str, float], filters: Filters) -> list[tuple[Chunk, float]]:
         t0 = time.perf_counter()
-        hits = self.index.search_sparse(query, n)
+        hits = self.index.search_sparse(query, n, filters) if filters else self.index.search_sparse(query, n)
         timings["sparse"] = _ms(t0)
         return hits
 
     def retrieve(self, query: str, k: int | None = None, mode: Mode | None = None, *,
-                 timings: dict[str, float] | None = None, notes: list[str] | None = None) -> list[Scored]:
-        """Top ``k`` (default ``config.top_k``) chunks for ``query`` by ``mode`` (default ``config.mode``).
+                 timings: dict[str, float] | None = None, notes: list[str] | None = None,
+                 filters: Filters = ()) -> list[Scored]:
+        """Top ``k`` (default ``config.top_k``) chunks for ``query`` by ``mode`` (default ``config.mode``),
+        among the chunks matching ``filters`` (parsed by :func:`~ragbudget.index.filters.parse_filters`).
 
         An empty query is a :class:`QueryError`. A query with no BM25 terms (only stop words or
         punctuation) gets dense results only, with a note appended to ``notes``.
@@ -75,13 +83,13 @@ class HybridRetriever:
         dense: list[tuple[Chunk, float]] = []
         sparse: list[tuple[Chunk, float]] = []
         if mode == "hybrid":
-            fut = self._pool.submit(self._sparse, query, n, timings)
-            dense = self._dense(query, n, timings)
+            fut = self._pool.submit(self._sparse, query, n, timings, filters)
+            dense = self._dense(query, n, timings, filters)
             sparse = fut.result()
         elif mode == "dense":
-            dense = self._dense(query, n, timings)
+            dense = self._dense(query, n, timings, filters)
         else:
-            sparse = self._sparse(query, n, timings)
+            sparse = self._sparse(query, n, timings, filters)
         if mode != "dense" and not sparse and len(self.index):
             if notes is not None:
                 notes.append(f"BM25 found no terms in {query!r} (only stop words or punctuation?)"
@@ -114,6 +122,7 @@ class HybridRetriever:
                 for cid, score in order[:k]]
 
     async def aretrieve(self, query: str, k: int | None = None, mode: Mode | None = None, *,
-                        timings: dict[str, float] | None = None, notes: list[str] | None = None) -> list[Scored]:
+                        timings: dict[str, float] | None = None, notes: list[str] | None = None,
+                        filters: Filters = ()) -> list[Scored]:
         """Async twin of :meth:`retrieve` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.retrieve, query, k, mode, timings=timings, notes=notes)
+        return await asyncio.to_thread(self.retrieve, query, k, mode, timings=timings, notes=notes, filters=filters)

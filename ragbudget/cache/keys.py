@@ -59,6 +59,7 @@ class ResponseScope:
     temperature: float = 0.0
     mode: str = "concise"
     conversation: str = ""  # conversation_fingerprint(...) of the history kept in the prompt
+    filters: str = ""  # the query's metadata filters (index.filters.fingerprint): other filters, other answer
 
     @property
     def id(self) -> str:

@@ -1,4 +1,7 @@
-"""``ragbudget ingest``, ``ragbudget search`` and ``ragbudget eval retrieval``."""
+"""``ragbudget ingest``, ``ragbudget delete``, ``ragbudget search`` and ``ragbudget eval retrieval``.
+
+Ingest, delete and search go through the index registry, so they work on every ``index.backend`` and
+every serving process sees their writes by its next query."""
 
 from __future__ import annotations
 
@@ -15,8 +18,11 @@ from rich.table import Table
 
 from ..config import Config, load_config
 from ..eval.retrieval import evaluate, load_beir
-from ..index import HybridIndex, IngestReport, default_embedder, ingest_path
+from ..index import HybridIndex, IngestReport, default_embedder
+from ..index.filters import parse_filters
+from ..indexes import IndexRegistry
 from ..retrieve import MODES, HybridRetriever
+from .filter_args import add_filter_args, filters_from_args
 
 STAGE_LABEL = {"load": "reading files", "chunk": "chunking", "embed": "embedding new chunks",
                "index": "building indexes", "save": "saving"}
@@ -69,22 +75,44 @@ def print_report(report: IngestReport, console: Console) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out, err = Console(), Console(stderr=True)
-    embedder = default_embedder(cfg)
-    with _progress(err, args.quiet) as progress:
-        report = ingest_path(args.path, args.index, cfg, embedder, rebuild=args.rebuild, progress=progress)
+    registry = IndexRegistry(cfg, default_embedder(cfg))
+    try:
+        with _progress(err, args.quiet) as progress:
+            report = registry.ingest(args.path, args.index, rebuild=args.rebuild, progress=progress)
+    finally:
+        registry.close()
     print_report(report, out)
     return 0 if (report.documents or report.files_read) else 1
 
 
+def cmd_delete(args: argparse.Namespace) -> int:
+    if not args.doc_id and not args.source:
+        raise SystemExit("ragbudget delete: name what to delete with --doc-id ID and/or --source PATH")
+    cfg = _config(args)
+    registry = IndexRegistry(cfg, default_embedder(cfg))
+    try:
+        removed = registry.delete(args.index, doc_ids=args.doc_id, sources=args.source)
+        version = registry.get(args.index).index.version
+    finally:
+        registry.close()
+    Console().print(f"removed {removed} chunk(s) from index {escape(args.index)!s}; version {version}"
+                    if removed else f"nothing matched in index {escape(args.index)}; nothing changed")
+    return 0 if removed else 1
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     cfg = _config(args)
-    embedder = default_embedder(cfg)
-    index = HybridIndex.load(args.index, cfg, model_id=embedder.model_id)
-    retriever = HybridRetriever(index, cfg.retrieval, embedder)
-    timings: dict[str, float] = {}
-    notes: list[str] = []
-    hits = retriever.retrieve(args.query, k=args.k, mode=args.mode, timings=timings, notes=notes)
-    retriever.close()
+    flt = parse_filters(filters_from_args(args))
+    registry = IndexRegistry(cfg, default_embedder(cfg))
+    try:
+        loaded = registry.get(args.index)
+        index = loaded.index
+        timings: dict[str, float] = {}
+        notes: list[str] = []
+        hits = loaded.retriever.retrieve(args.query, k=args.k, mode=args.mode, timings=timings, notes=notes,
+                                         filters=flt)
+    finally:
+        registry.close()
     if args.json:
         print(json.dumps({"query": args.query, "mode": args.mode or cfg.retrieval.mode, "index": index.name,
                           "index_version": index.version, "results": [h.to_dict() for h in hits],
@@ -156,8 +184,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--mode", choices=MODES, default=None)
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    add_filter_args(s)
     _common(s)
     s.set_defaults(handler=cmd_search)
+
+    d = sub.add_parser("delete", help="remove documents from an index by id or by source path")
+    d.add_argument("--index", default="default")
+    d.add_argument("--doc-id", action="append", default=[], help="document id (repeatable)")
+    d.add_argument("--source", action="append", default=[], help="source path as ingested (repeatable)")
+    _common(d)
+    d.set_defaults(handler=cmd_delete)
 
 
 def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:

@@ -13,6 +13,7 @@ from rich.table import Table
 from ..config import Config, load_config
 from ..pipeline import RAG
 from ..types import Answer, FinalEvent, ProgressEvent, TokenEvent
+from .filter_args import add_filter_args, filters_from_args
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "sample_docs"
 QUICKSTART_QUESTIONS = (
@@ -78,12 +79,12 @@ def cmd_query(args: argparse.Namespace) -> int:
     rag = RAG(cfg, index=args.index)
     history = json.loads(Path(args.history).read_text(encoding="utf-8")) if args.history else None
     if args.json:
-        ans = rag.query(args.question, history=history, mode=args.mode)
+        ans = rag.query(args.question, history=history, mode=args.mode, filters=filters_from_args(args))
         print(json.dumps(ans.to_dict(), default=str))
         return 0
     console = Console()
     final = None
-    for ev in rag.stream(args.question, history=history, mode=args.mode):
+    for ev in rag.stream(args.question, history=history, mode=args.mode, filters=filters_from_args(args)):
         if isinstance(ev, ProgressEvent):
             console.print(f"[dim]… {ev.stage}[/]", highlight=False)
         elif isinstance(ev, TokenEvent):
@@ -110,4 +111,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--history", default=None, help='JSON file: [{"role": "user", "content": "..."}, ...]')
     q.add_argument("--ledger", action="store_true", help="print the budget ledger")
     q.add_argument("--json", action="store_true", help="print the whole answer as one JSON object")
+    add_filter_args(q)
     q.set_defaults(handler=cmd_query)

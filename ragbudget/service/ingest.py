@@ -25,7 +25,7 @@ from .auth import current_tenant, get_state, tenant_index
 from .errors import ApiError
 from .jobs import get_job, start_job
 from .run import require_rag
-from .schemas import IngestRequest
+from .schemas import DeleteRequest, IngestRequest
 from .state import Job
 
 router = APIRouter()
@@ -89,3 +89,23 @@ async def ingest(body: IngestRequest, request: Request, tenant: TenantConfig = D
 async def ingest_status(job_id: str, request: Request, tenant: TenantConfig = Depends(current_tenant)
                         ) -> dict[str, Any]:
     return get_job(get_state(request), "ingest", tenant.name, job_id).to_dict()
+
+
+@router.post("/v1/documents/delete", summary="Delete documents by id or source from an index")
+async def delete_documents(body: DeleteRequest, request: Request, tenant: TenantConfig = Depends(current_tenant)
+                           ) -> dict[str, Any]:
+    """Synchronous: the answer says how many chunks went; every process serving the index stops citing them
+    by its next query (cached answers made before are keyed by the older index version)."""
+    state = get_state(request)
+    rag = require_rag(state)
+    if not body.doc_ids and not body.sources:
+        raise ApiError(400, "QueryError", "nothing to delete", 'send {"doc_ids": [...]} and/or {"sources": [...]}')
+    if body.index is not None and body.index not in tenant.indexes and "*" not in tenant.indexes:
+        raise ApiError(404, "IndexNotFoundError", f"no index named {body.index!r} for this tenant",
+                       "delete from one of your tenant's indexes")
+    index = tenant_index(state, tenant, body.index)
+    if index not in rag.list_indexes():
+        raise ApiError(404, "IndexNotFoundError", f"no index named {index!r}", "GET /v1/indexes lists them")
+    removed = await asyncio.to_thread(rag.delete, doc_ids=body.doc_ids, sources=body.sources, index=index)
+    return {"index": index, "chunks_removed": removed,
+            "content_version": rag.indexes.get(index).index.version}

@@ -73,7 +73,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     question, history = split_messages(body.messages)
     mode = body.mode or (body.model if body.model in rag.modes() else None)
     pq = prepare(state, tenant, question=question, history=history, mode=mode, index=body.index,
-                 priority="interactive", max_tokens=body.max_completion_tokens or body.max_tokens)
+                 priority="interactive", max_tokens=body.max_completion_tokens or body.max_tokens,
+                 filters=body.filters)
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
     if not body.stream:
         answer, extras = await answer_once(state, pq)

@@ -32,7 +32,7 @@ async def query(body: QueryRequest, request: Request, tenant: TenantConfig = Dep
     state = get_state(request)
     pq = prepare(state, tenant, question=body.question,
                  history=[Message(m.role, m.content) for m in body.history], mode=body.mode, index=body.index,
-                 priority=body.priority, max_tokens=body.max_tokens)
+                 priority=body.priority, max_tokens=body.max_tokens, filters=body.filters)
     if not body.stream:
         answer, extras = await answer_once(state, pq)
         return {**answer.to_dict(), **extras}

@@ -12,7 +12,8 @@ from sse_starlette.event import ServerSentEvent
 
 from ..accounting import check_question
 from ..config import TenantConfig
-from ..errors import AdmissionError
+from ..errors import AdmissionError, QueryError
+from ..index.filters import parse_filters
 from ..pipeline import RAG
 from ..types import Answer, FinalEvent, Message, ProgressEvent, StreamEvent, TokenEvent
 from .auth import tenant_index
@@ -34,6 +35,7 @@ class PreparedQuery:
     est_tokens: int
     input_tokens: int = 0  # question + history; the actual charge adds the completion tokens generated
     checked: bool = False  # admission.check already ran (streaming: before the response started)
+    filters: dict[str, Any] | None = None  # metadata filters, validated by prepare()
 
     def actual_tokens(self, answer: Answer) -> int:
         """What the request really took from the token bucket: its input plus what the model generated
@@ -42,7 +44,7 @@ class PreparedQuery:
 
     def kwargs(self, degrade_level: int) -> dict[str, Any]:
         return {"history": self.history or None, "mode": self.mode, "index": self.index, "tenant": self.tenant,
-                "degrade_level": degrade_level, "max_tokens": self.max_tokens}
+                "degrade_level": degrade_level, "max_tokens": self.max_tokens, "filters": self.filters}
 
 
 def require_rag(state: ServiceState) -> RAG:
@@ -53,7 +55,8 @@ def require_rag(state: ServiceState) -> RAG:
 
 
 def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history: list[Message],
-            mode: str | None, index: str | None, priority: str, max_tokens: int | None) -> PreparedQuery:
+            mode: str | None, index: str | None, priority: str, max_tokens: int | None,
+            filters: dict[str, Any] | None = None) -> PreparedQuery:
     """Enforce the configured limits before any work (400/404 on refusal)."""
     rag = require_rag(state)
     limits = state.config.service.limits
@@ -70,6 +73,10 @@ def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history
                        f"ask for at most {limits.max_output_tokens}")
     if mode is not None and mode not in rag.modes():
         raise ApiError(400, "unknown_mode", f"unknown mode {mode!r}", f"use one of {sorted(rag.modes())}")
+    try:
+        parse_filters(filters)
+    except QueryError as err:
+        raise ApiError(400, "invalid_filters", str(err).split("\n  fix:")[0], err.fix or "") from None
     idx = tenant_index(state, tenant, index)
     if idx not in rag.list_indexes():
         raise ApiError(404, "IndexNotFoundError", f"no index named {idx!r}",
@@ -79,7 +86,8 @@ def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history
     mode_cap = state.config.prompt.modes[mode or state.config.prompt.default_mode].max_tokens
     out = min(max_tokens, mode_cap) if max_tokens is not None else mode_cap
     return PreparedQuery(question, history, mode, idx, tenant.name, priority, max_tokens,
-                         est_tokens=q_tokens + h_tokens + out, input_tokens=q_tokens + h_tokens)
+                         est_tokens=q_tokens + h_tokens + out, input_tokens=q_tokens + h_tokens,
+                         filters=filters or None)
 
 
 def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int,

@@ -22,6 +22,8 @@ class QueryRequest(BaseModel):
     priority: Literal["interactive", "batch"] = "interactive"
     stream: bool = False
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    # metadata filters applied inside the index: {"source": "...", "year": {"gte": 2020}, "lang": ["en"]}
+    filters: dict[str, Any] | None = None
 
 
 class ChatMessage(BaseModel):
@@ -41,6 +43,15 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000)
     index: str | None = Field(None, min_length=1, max_length=200)
     mode: str | None = Field(None, max_length=100)
+    filters: dict[str, Any] | None = None  # ragbudget extension (extra_body={"filters": ...} in the openai SDK)
+
+
+class DeleteRequest(BaseModel):
+    """``POST /v1/documents/delete``: documents by id and/or by source path."""
+    model_config = ConfigDict(extra="forbid")
+    index: str | None = Field(None, min_length=1, max_length=200)
+    doc_ids: list[str] = Field(default_factory=list, max_length=100_000)
+    sources: list[str] = Field(default_factory=list, max_length=100_000)
 
 
 class IngestRecord(BaseModel):
