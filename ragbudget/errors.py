@@ -12,7 +12,8 @@
     ├── IndexError_                     index problems (exported as ``IndexError`` is avoided)
     │   ├── IndexNotFoundError          no index of that name
     │   ├── IndexMismatchError          built with another embedding model / format
-    │   └── IndexBusyError              another process is writing the index (waited too long)
+    │   ├── IndexBusyError              another process is writing the index (waited too long)
+    │   └── IndexUnavailableError       the index's database cannot be reached (HTTP 503 + Retry-After)
     ├── QueryError                      an empty or unusable query
     ├── BudgetError                     a request that cannot fit its budget (strict mode)
     │   └── QuestionTooLongError        a question over the one question limit (HTTP 413)
@@ -84,6 +85,15 @@ class IndexMismatchError(IndexError_):
 
 class IndexBusyError(IndexError_):
     """Another process holds the index's writer lock (an ingest in progress)."""
+
+
+class IndexUnavailableError(IndexError_):
+    """The index's store cannot be reached right now (database down, connection lost, timeout, disk full).
+    Transient: the service answers 503 with ``Retry-After: retry_after_s``; nothing half-written is served."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 5.0, fix: str | None = None) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message, fix=fix)
 
 
 class QueryError(RagBudgetError):
