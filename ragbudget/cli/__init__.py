@@ -16,7 +16,7 @@ from ..errors import RagBudgetError
 
 # Command modules, in help order. Each is imported only when present (helpers add them).
 COMMAND_MODULES = ("index_cmds", "query_cmds", "eval_cmds", "model_cmds", "serve_cmds", "bench_cmds",
-                   "cache_cmds")
+                   "cache_cmds", "pg_cmds")
 
 
 def build_parser() -> argparse.ArgumentParser:
