@@ -62,7 +62,8 @@ def connect_error(err: Exception, dsn: str) -> Exception:
     msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     where = redact(dsn)
     low = msg.lower()
-    if isinstance(err, psycopg.ProgrammingError) and "invalid" in low:
+    if isinstance(err, (psycopg.ProgrammingError, ValueError)) or ("invalid" in low and (
+            "option" in low or "uri" in low or "conninfo" in low or "connection string" in low)):
         return ConfigError(f"index.dsn is not a valid PostgreSQL connection string ({msg})",
                            fix="use postgresql://USER[:PASSWORD]@HOST:PORT/DATABASE (or the DSN printed by "
                                "`ragbudget pg start`)")
@@ -110,7 +111,7 @@ def open_pool(config: Config) -> ConnectionPool:
         ensure_schema(conn, config.index.postgres.schema_name)
     pg = config.index.postgres
     pool = ConnectionPool(dsn, min_size=pg.pool_min, max_size=pg.pool_max, kwargs=kw, open=False,
-                          configure=register_vector, timeout=max(1.0, pg.connect_timeout_s),
+                          configure=register_vector, check=ConnectionPool.check_connection, timeout=max(1.0, pg.connect_timeout_s),
                           name=f"ragbudget-{pg.schema_name}")
     try:
         pool.open(wait=pg.pool_min > 0, timeout=max(1.0, pg.connect_timeout_s))
