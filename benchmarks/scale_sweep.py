@@ -1,0 +1,244 @@
+"""Scale sweep of the postgres index backend (issue 17) on an embedded PostgreSQL 18 + pgvector.
+
+    .venv/bin/python benchmarks/scale_sweep.py --sizes 10000,100000 --queries 200
+    .venv/bin/python benchmarks/scale_sweep.py --ndcg            # sparse nDCG@10: postgres BM25 vs rank-bm25
+
+Data: real text from the shared Cranfield + CISI corpora, cut into ~60-word pieces and repeated with
+variation (each repeat drops a different word and gets a repeat tag) up to N chunks. Vectors are synthetic
+and clustered (384-d, 256 clusters, seeded by the text), so no model runs. Measures: ingest chunks/s (one
+bulk transaction, then an incremental write of 1000 chunks), dense / sparse / hybrid (dense + sparse, as the
+retriever calls them) P50/P99 over distinct queries, HNSW recall@10 against exact inner-product search, and
+the resident memory of a separate serving process that opens the index and runs the same queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ragbudget.config import Config  # noqa: E402
+from ragbudget.eval.metrics import dedupe, ndcg_at_k, percentile  # noqa: E402
+from ragbudget.types import Document  # noqa: E402
+
+EVAL = REPO.parent / "shared" / "data" / "eval"
+DIM, CLUSTERS = 384, 256
+
+
+class ClusteredEmbedder:
+    """Text → a fixed clustered unit vector (seeded by the text's hash): deterministic, no model."""
+
+    model_id, dim = "synthetic-clustered-384", DIM
+
+    def __init__(self) -> None:
+        self.centers = np.random.default_rng(7).standard_normal((CLUSTERS, DIM)).astype(np.float32)
+
+    def embed(self, texts):
+        out = np.empty((len(texts), DIM), np.float32)
+        for i, t in enumerate(texts):
+            h = int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
+            rng = np.random.default_rng(h)
+            v = self.centers[h % CLUSTERS] + 0.6 * rng.standard_normal(DIM).astype(np.float32)
+            out[i] = v / np.linalg.norm(v)
+        return out
+
+    def embed_query(self, text):
+        return self.embed([text])[0]
+
+
+def pieces() -> list[str]:
+    out = []
+    for name in ("cranfield", "cisi"):
+        with open(EVAL / name / "corpus.jsonl", encoding="utf-8") as f:
+            for line in f:
+                words = json.loads(line)["text"].split()
+                out += [" ".join(words[i:i + 60]) for i in range(0, len(words), 60) if len(words[i:i + 60]) > 10]
+    return out
+
+
+def corpus(n: int) -> list[Document]:
+    base = pieces()
+    docs = []
+    for i in range(n):
+        rep, j = divmod(i, len(base))
+        words = base[j].split()
+        if rep:
+            del words[rep % len(words)]
+            words.append(f"rep{rep}")
+        docs.append(Document(id=f"c{i}", text=" ".join(words),
+                             metadata={"source": f"/sweep/{j}.txt", "year": 1950 + i % 70, "rep": rep}))
+    return docs
+
+
+def start_server(folder: str):
+    from ragbudget.index.pg_embedded import EmbeddedPostgres
+    server = EmbeddedPostgres(folder, database="sweep")
+    server.start()
+    return server
+
+
+def cfg_for(dsn: str, tmp: str) -> Config:
+    return Config().with_overrides({"index.backend": "postgres", "index.dsn": dsn, "index.dir": tmp,
+                                    "index.postgres.schema_name": "sweep", "index.postgres.statement_timeout_ms": 0})
+
+
+def query_set(docs: list[Document], emb: ClusteredEmbedder, q: int, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(docs), size=q, replace=False)
+    vecs, texts = [], []
+    for p in picks:
+        v = emb.embed([docs[p].text])[0] + 0.3 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM) * 4
+        vecs.append((v / np.linalg.norm(v)).astype(np.float32))
+        words = [w for w in docs[p].text.split() if len(w) > 4]
+        texts.append(" ".join(rng.choice(words, size=min(4, len(words)), replace=False)))
+    return np.stack(vecs), texts
+
+
+def timed(fn, items) -> tuple[list[float], list]:
+    ms, out = [], []
+    for it in items:
+        t = time.perf_counter()
+        out.append(fn(it))
+        ms.append((time.perf_counter() - t) * 1000)
+    return ms, out
+
+
+def serve_probe(dsn: str, tmp: str, q: int) -> dict:
+    """In this process: open the index and run the queries (what a serving process holds)."""
+    from ragbudget.index.postgres import PostgresBackend
+    emb = ClusteredEmbedder()
+    backend = PostgresBackend(cfg_for(dsn, tmp))
+    store = backend.open("sweep", emb)
+    n = len(store)
+    docs = corpus(n)
+    vecs, texts = query_set(docs, emb, q)
+    dense, _ = timed(lambda v: store.search_dense(v, 10), vecs)
+    sparse, _ = timed(lambda t: store.search_sparse(t, 10), texts)
+    hybrid, _ = timed(lambda i: (store.search_dense(vecs[i], 10), store.search_sparse(texts[i], 10)), range(q))
+    del docs
+    rss = int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) / 1024
+    backend.close()
+    return {"rss_mb": round(rss, 1), **{f"{k}_p{p}": round(percentile(v, p), 2)
+                                        for k, v in (("dense", dense), ("sparse", sparse), ("hybrid", hybrid))
+                                        for p in (50, 99)}}
+
+
+def sweep(size: int, q: int, folder: str) -> dict:
+    from ragbudget.index.postgres import PostgresBackend
+    emb = ClusteredEmbedder()
+    server = start_server(os.path.join(folder, f"pg{size}"))
+    dsn = server.dsn()
+    try:
+        backend = PostgresBackend(cfg_for(dsn, folder))
+        docs = corpus(size)
+        store = backend.open("sweep", emb, create=True)
+        t = time.perf_counter()
+        store.add_documents(docs, emb)
+        bulk_s = time.perf_counter() - t
+        more = [Document(id=f"x{i}", text=d.text + " appended", metadata=dict(d.metadata))
+                for i, d in enumerate(docs[:1000])]
+        t = time.perf_counter()
+        store.add_documents(more, emb)
+        incr_s = time.perf_counter() - t
+        vecs, _ = query_set(docs, emb, q)
+        all_docs = docs + more
+        matrix = emb.embed([d.text for d in all_docs])
+        exact = np.argsort(-(vecs @ matrix.T), axis=1)[:, :10]
+        recall = []
+        for i, v in enumerate(vecs):
+            got = {c.doc_id for c, _ in store.search_dense(v, 10)}
+            recall.append(len(got & {all_docs[j].id for j in exact[i]}) / 10)
+        flt = []
+        from ragbudget.index.filters import parse_filters
+        f = parse_filters({"year": {"gte": 2010}})
+        fms, fres = timed(lambda v: store.search_dense(v, 10, f), vecs)
+        flt = [len(r) for r in fres]
+        backend.close()
+        del matrix, docs, all_docs
+        probes = [subprocess.run([sys.executable, __file__, "--probe", dsn, "--queries", str(q), "--tmp", folder],
+                                 capture_output=True, text=True, check=True) for _ in range(2)]
+        serving = [json.loads(p.stdout.strip().splitlines()[-1]) for p in probes]
+        return {"chunks": size + 1000, "bulk_ingest_chunks_per_s": round(size / bulk_s),
+                "bulk_ingest_s": round(bulk_s, 1), "incremental_1000_chunks_s": round(incr_s, 2),
+                "hnsw_recall_at_10": round(float(np.mean(recall)), 3),
+                "dense_filtered_p50": round(percentile(fms, 50), 2), "dense_filtered_p99": round(percentile(fms, 99), 2),
+                "filtered_k_returned_min": min(flt), "serving": serving}
+    finally:
+        server.destroy()
+
+
+def ndcg(folder: str) -> dict:
+    """Sparse nDCG@10 on Cranfield and CISI: postgres BM25-in-SQL vs the local rank-bm25 reference."""
+    from ragbudget.eval.retrieval import load_beir
+    from ragbudget.index.postgres import PostgresBackend
+    from ragbudget.index.sparse import SparseIndex
+    emb = ClusteredEmbedder()
+    server = start_server(os.path.join(folder, "pgndcg"))
+    out = {}
+    try:
+        cfg = cfg_for(server.dsn(), folder)
+        backend = PostgresBackend(cfg)
+        for name in ("cranfield", "cisi"):
+            beir = load_beir(EVAL / name)
+            docs = []
+            with open(beir.corpus_path, encoding="utf-8") as f:
+                for line in f:
+                    r = json.loads(line)
+                    docs.append(Document(id=str(r["_id"]), text=f"{r.get('title', '')}\n{r['text']}".strip(),
+                                         metadata={"source": f"/{name}/{r['_id']}"}))
+            store = backend.open(name, emb, create=True)
+            store.add_documents(docs, emb)
+            chunks = [c for d in docs for c in store.chunker.chunk(d)]
+            ref = SparseIndex(cfg.retrieval.bm25, [store.analyzer(c.text) for c in chunks])
+            scores = {"postgres": [], "rank_bm25": []}
+            ms, agree = [], 0
+            for qid, text in beir.queries.items():
+                t = time.perf_counter()
+                pg = [c.doc_id for c, _ in store.search_sparse(text, 50)]
+                ms.append((time.perf_counter() - t) * 1000)
+                rb = [chunks[r].doc_id for r, _ in ref.search(text, 50)]
+                scores["postgres"].append(ndcg_at_k(dedupe(pg), beir.qrels[qid], 10))
+                scores["rank_bm25"].append(ndcg_at_k(dedupe(rb), beir.qrels[qid], 10))
+                agree += dedupe(pg)[:10] == dedupe(rb)[:10]
+            out[name] = {"queries": len(beir.queries), "chunks": len(chunks),
+                         **{f"ndcg10_{k}": round(float(np.mean(v)), 4) for k, v in scores.items()},
+                         "same_top10_share": round(agree / len(beir.queries), 3),
+                         "sparse_p50_ms": round(percentile(ms, 50), 2), "sparse_p99_ms": round(percentile(ms, 99), 2)}
+        backend.close()
+    finally:
+        server.destroy()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--ndcg", action="store_true")
+    ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.probe:
+        print(json.dumps(serve_probe(args.probe, args.tmp, args.queries)))
+        return
+    folder = tempfile.mkdtemp(prefix="sweep-", dir="/tmp")
+    if args.ndcg:
+        print(json.dumps(ndcg(folder), indent=1))
+        return
+    for size in (int(s) for s in args.sizes.split(",")):
+        print(json.dumps(sweep(size, args.queries, folder)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
