@@ -50,13 +50,13 @@ class HybridRetriever:
         qvec = self.embedder.embed_query(query)
         timings["embed"] = _ms(t0)
         t1 = time.perf_counter()
-        hits = self.index.search_dense(qvec, n, filters) if filters else self.index.search_dense(qvec, n)
+        hits = self.index.search_dense(qvec, n, filters)
         timings["dense"] = _ms(t1)
         return hits
 
     def _sparse(self, query: str, n: int, timings: dict[str, float], filters: Filters) -> list[tuple[Chunk, float]]:
         t0 = time.perf_counter()
-        hits = self.index.search_sparse(query, n, filters) if filters else self.index.search_sparse(query, n)
+        hits = self.index.search_sparse(query, n, filters)
         timings["sparse"] = _ms(t0)
         return hits
 

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+
+from redis_fixture import free_port
 
 from ragbudget.config import load_config
 from ragbudget.pipeline import RAG
@@ -32,12 +33,6 @@ FACT = "The Zorblax turbine of the ragbudget test rig spins at 4242 revolutions 
 QUESTION = "How fast does the Zorblax turbine spin?"
 FACT2 = "The Quillon gearbox of the ragbudget test rig weighs 777 kilograms."
 QUESTION2 = "How much does the Quillon gearbox weigh?"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +92,7 @@ def servers(site, tmp_path_factory):
     """Server A (one process) and server B (two uvicorn workers), same config, same index folder."""
     work, cfg_path, _ = site
     logs = tmp_path_factory.mktemp("logs")
-    pa, pb = _free_port(), _free_port()
+    pa, pb = free_port(), free_port()
     a = _serve(cfg_path, pa, 1, logs / "a.log")
     b = _serve(cfg_path, pb, 2, logs / "b.log")
     try:
