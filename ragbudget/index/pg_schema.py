@@ -112,6 +112,9 @@ def open_pool(config: Config) -> ConnectionPool:
     pg = config.index.postgres
     pool = ConnectionPool(dsn, min_size=pg.pool_min, max_size=pg.pool_max, kwargs=kw, open=False,
                           configure=register_vector, check=ConnectionPool.check_connection, timeout=max(1.0, pg.connect_timeout_s),
+                          # a reconnect chain gives up quickly and the next request tries again at once:
+                          # with the default (300 s, backoff to minutes) a server that is back stays unused
+                          reconnect_timeout=max(1.0, pg.connect_timeout_s / 2),
                           name=f"ragbudget-{pg.schema_name}")
     try:
         pool.open(wait=pg.pool_min > 0, timeout=max(1.0, pg.connect_timeout_s))
