@@ -49,7 +49,7 @@ def test_llm_condense_needs_a_model_tier() -> None:
         Config().with_overrides({"retrieval.condense": "llm"})
 
 
-def test_canard_followups_condensed_add_what_the_rewrite_adds() -> None:
+def test_canard_followups_condensed_add_what_the_rewrite_adds(shared_data) -> None:
     """On real CANARD turns, the condensed query holds most of the words the human rewrite added."""
     recs = load_canard(CANARD, 400)
     _, qs = followup_set(recs)

@@ -60,7 +60,7 @@ def test_no_network_needed(monkeypatch):
     assert os.environ["TIKTOKEN_CACHE_DIR"]
 
 
-def test_count_memo_matches_direct_counts_and_stays_bounded():
+def test_count_memo_matches_direct_counts_and_stays_bounded(shared_data):
     corpus = [json.loads(x)["text"] for x in
               (DATA / "squad2" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:60]]
     sentences = [s for doc in corpus for s in doc.split(". ") if s]
