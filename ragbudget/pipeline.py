@@ -45,8 +45,8 @@ from .prompt import PrefixMonitor, fingerprint, prefix_parts, static_prefix
 from .rerank import make_reranker
 from .route import RouteDecision, Routed, Router
 from .tokens import Tokenizer
-from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Scored, StreamEvent, Timings,
-                    TokenEvent)
+from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Sampling, Scored, StreamEvent,
+                    Timings, TokenEvent)
 
 log = logging.getLogger("ragbudget")
 
@@ -232,8 +232,10 @@ class RAG:
 
     # ------------------------------------------------------------------ the query path
     def _scope(self, loaded: LoadedIndex | None, tenant: str, mode: str, max_tokens: int,
-               history: Sequence[Message], filters: Filters = ()) -> ResponseScope:
+               history: Sequence[Message], filters: Filters = (), sampling: Sampling = Sampling()) -> ResponseScope:
         return ResponseScope(tenant=tenant, index_version=loaded.index.version if loaded else "",
+                             temperature=sampling.temperature, top_p=sampling.top_p, stop=sampling.stop,
+                             seed=sampling.seed,
                              filters=filter_fingerprint(filters) if filters else "",
                              prompt_version=f"{self.config.prompt.version}:{self._prefix_fp(mode)}",
                              model_tier=self._tiers_fp, max_tokens=max_tokens, mode=mode,
@@ -256,8 +258,10 @@ class RAG:
                mode: str | None = None, index: str | None = None, tenant: str = "default",
                degrade_level: int = 0, max_tokens: int | None = None, task: str | None = None,
                escalate: bool = False, cancel: threading.Event | None = None,
-               filters: Mapping[str, Any] | None = None) -> Iterator[StreamEvent]:
+               filters: Mapping[str, Any] | None = None, sampling: Sampling | None = None) -> Iterator[StreamEvent]:
         """Progress events, token events, then one FinalEvent with the complete Answer.
+
+        ``sampling`` (temperature, top_p, stop, seed) goes to the engine and into the response-cache key.
 
         ``escalate=True`` holds a small tier's answer until it passes the router's check (not empty, no
         refusal, grounded) and escalates otherwise; it delays the first token, so streams default to
@@ -285,7 +289,8 @@ class RAG:
             return
 
         loaded = self._loaded(index)
-        scope = self._scope(loaded, tenant, mode, out_tokens, hist, flt)
+        sampling = sampling or Sampling()
+        scope = self._scope(loaded, tenant, mode, out_tokens, hist, flt, sampling)
 
         # 2. response cache: exact, then semantic
         yield ProgressEvent("cache", "looking up cached answers")
@@ -352,13 +357,14 @@ class RAG:
         t0 = time.perf_counter()
         if degrade_level >= DEGRADE_CACHE_OR_EXTRACTIVE:
             # Last rung before rejecting: no model at all, an extractive answer from the budgeted context.
-            gs = self._extractive.stream(built.prompt, max_tokens=built.allocation.output, context=built.context)
+            gs = self._extractive.stream(built.prompt, max_tokens=built.allocation.output, context=built.context,
+                                         **sampling.engine_kwargs())
             rs: Any = _DegradedStream(gs)
         else:  # level 3: the smallest tier, and no escalation past it
             small = degrade_level >= DEGRADE_SMALL_MODEL
             rs = self.router.stream(built.prompt, question=question, max_tokens=built.allocation.output,
                                     context=built.context, task=task, refit=refit, escalate=escalate and not small,
-                                    small=small)
+                                    small=small, **sampling.engine_kwargs())
         finished = False
         try:
             for ev in rs:
@@ -511,7 +517,7 @@ class _DegradedStream:
         gen = self.stream.generation
         assert gen is not None
         self.routed = Routed(gen, RouteDecision(tier="extractive", reason="degrade level 4: extractive answer only",
-                                                backend="extractive", model="extractive"))
+                                                backend="extractive", model="extractive", usage_estimated=True))
 
     def close(self) -> None:
         self.stream.close()

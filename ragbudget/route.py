@@ -60,6 +60,7 @@ class RouteDecision:
     partial: bool = False
     prompt_tokens_counted: int | None = None  # the served tier's engine tokens, counted before the call
     prompt_tokens_estimated: bool = False  # True when no exact counter: builder tokens × learned ratio
+    usage_estimated: bool = False  # the engine reported no usage: the usage counts are ragbudget's
     estimated_cost: float = 0.0  # from the real usage of every call made, in the tiers' prices
     always_large_cost: float = 0.0  # the same tokens priced at the largest tier
 
@@ -217,14 +218,15 @@ class Router:
 
     # ------------------------------------------------------------ running one tier
     def _events(self, tier: TierConfig, prompt: Prompt, *, max_tokens: int, temperature: float,
-                stop: Sequence[str] | None, context: Sequence[Scored] | None) -> Iterator[TokenEvent | Generation]:
+                stop: Sequence[str] | None, context: Sequence[Scored] | None,
+                **sampling: Any) -> Iterator[TokenEvent | Generation]:
         """Token events then the final Generation, from a worker thread under the tier's timeouts."""
         gen = self.generators[tier.name]
         if tier.backend == "extractive":
             # Local, bounded and deterministic: no timeout to enforce, so no worker thread and no
             # per-token hand-off between threads (that cost ~20 ms per answer under load).
             s = gen.stream(prompt, max_tokens=min(max_tokens, tier.max_output_tokens), temperature=temperature,
-                           stop=stop, context=context)
+                           stop=stop, context=context, **sampling)
             try:
                 yield from s
             finally:
@@ -238,7 +240,7 @@ class Router:
         def work() -> None:
             try:
                 s = gen.stream(prompt, max_tokens=min(max_tokens, tier.max_output_tokens),
-                               temperature=temperature, stop=stop, context=context)
+                               temperature=temperature, stop=stop, context=context, **sampling)
                 for ev in s:
                     q.put(("tok", ev))
                     if cancel.is_set():
@@ -276,14 +278,16 @@ class Router:
     # ------------------------------------------------------------ public entry points
     def generate(self, prompt: Prompt, *, question: str, max_tokens: int, context: Sequence[Scored] | None = None,
                  task: str | None = None, confidence: float | None = None, refit: Refit | None = None,
-                 temperature: float = 0.0, stop: Sequence[str] | None = None, small: bool = False) -> Routed:
+                 temperature: float = 0.0, stop: Sequence[str] | None = None, small: bool = False,
+                 **sampling: Any) -> Routed:
         """Route, fall back, escalate; never hangs (tier timeouts). Raises :class:`GenerationError` when
         every tier failed and nothing was produced, :class:`RoutingError` when no tier fits."""
         if confidence is None and context:
             confidence = self.confidence_of(context)
         order, dec = self.plan(prompt, question=question, max_tokens=max_tokens, task=task,
                                confidence=confidence, refit=refit, small=small)
-        kw = dict(max_tokens=max_tokens, temperature=temperature, stop=stop, context=context)
+        kw = dict(max_tokens=max_tokens, temperature=temperature, stop=stop, context=context,
+                  **{k: v for k, v in sampling.items() if v is not None})  # top_p, seed: only when set
         routed = self._chain(order, prompt, dec, refit, **kw)
         large = self.tiers[-1]
         idx = self.tiers.index(self._by_name[dec.tier])
@@ -302,6 +306,7 @@ class Router:
                     dec.tier, dec.backend, dec.model = up.decision.tier, up.decision.backend, up.decision.model
                     dec.refitted = dec.refitted or up.decision.refitted
                     dec.estimated_cost += up.decision.estimated_cost
+                    dec.usage_estimated = up.decision.usage_estimated
                     routed = Routed(up.generation, dec, up.prompt)
         dec.always_large_cost = tier_cost(large, routed.generation.usage)
         dec.partial = routed.generation.partial
@@ -367,6 +372,7 @@ class Router:
         dec.tier, dec.backend, dec.model = tier.name, gen.backend or tier.backend, gen.model or tier.model
         dec.estimated_cost += tier_cost(tier, gen.usage)
         dec.partial = gen.partial
+        dec.usage_estimated = gen.usage_estimated or tier.backend == "extractive"  # no engine counted it
         if prompt is not None and tier.backend != "extractive":
             n, est = self.engine_tokens(tier, prompt)
             dec.prompt_tokens_counted, dec.prompt_tokens_estimated = n, est
@@ -381,7 +387,7 @@ class Router:
     def stream(self, prompt: Prompt, *, question: str, max_tokens: int, context: Sequence[Scored] | None = None,
                task: str | None = None, confidence: float | None = None, refit: Refit | None = None,
                temperature: float = 0.0, stop: Sequence[str] | None = None,
-               escalate: bool = False, small: bool = False) -> "RoutedStream":
+               escalate: bool = False, small: bool = False, **sampling: Any) -> "RoutedStream":
         """Stream tokens from the routed tier. Fallback happens only before the first token; a failure
         after it ends the stream with a partial Generation. ``escalate=True`` (and
         ``router.escalate_on_failed_check``) holds a smaller tier's tokens until its answer passes the
@@ -390,7 +396,8 @@ class Router:
             confidence = self.confidence_of(context)
         order, dec = self.plan(prompt, question=question, max_tokens=max_tokens, task=task,
                                confidence=confidence, refit=refit, small=small)
-        kw = dict(max_tokens=max_tokens, temperature=temperature, stop=stop, context=context)
+        kw = dict(max_tokens=max_tokens, temperature=temperature, stop=stop, context=context,
+                  **{k: v for k, v in sampling.items() if v is not None})  # top_p, seed: only when set
         return RoutedStream(self, order, prompt, dec, refit, kw,
                             escalate=escalate and self.config.router.escalate_on_failed_check)
 
@@ -452,6 +459,7 @@ class RoutedStream(Iterator[TokenEvent]):
         yield from held
         dec.always_large_cost = tier_cost(last, gen.usage)
         dec.partial = gen.partial
+        dec.usage_estimated = gen.usage_estimated or dec.backend == "extractive"  # no engine counted it
         self.routed = Routed(gen, dec, self._sent)
 
     def _chain(self, order: Sequence[TierConfig], dec: RouteDecision,

@@ -215,6 +215,29 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """Sampling parameters a request passes to the generation engine (None: the engine's default).
+
+    The extractive backend accepts and ignores them (it samples nothing); ``stop`` it honours. Every field
+    is part of the response-cache key, so an answer made with one setting is never served for another."""
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for a generator: temperature and stop always, top_p and seed when set (so a
+        generator written before they existed still works for requests that do not use them)."""
+        kw: dict[str, Any] = {"temperature": self.temperature, "stop": list(self.stop) or None}
+        if self.top_p is not None:
+            kw["top_p"] = self.top_p
+        if self.seed is not None:
+            kw["seed"] = self.seed
+        return kw
+
+
+@dataclass(frozen=True)
 class Generation:
     text: str
     usage: Usage

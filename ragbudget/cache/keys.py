@@ -60,6 +60,9 @@ class ResponseScope:
     mode: str = "concise"
     conversation: str = ""  # conversation_fingerprint(...) of the history kept in the prompt
     filters: str = ""  # the query's metadata filters (index.filters.fingerprint): other filters, other answer
+    top_p: float | None = None  # the rest of the request's sampling (types.Sampling): other sampling,
+    stop: tuple[str, ...] = ()  # other answer
+    seed: int | None = None
 
     @property
     def id(self) -> str:

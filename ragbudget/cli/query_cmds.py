@@ -71,7 +71,30 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         print_answer(ans, console, show_ledger=(i == 0))
         console.print()
     rag.close()
+    console.print(next_steps("quickstart", cfg, getattr(args, "config", None)), highlight=False, markup=False)
     return 0
+
+
+def next_steps(index: str, cfg: Config, config_path: str | None = None) -> str:
+    """The exact commands that serve ``index`` and query it (curl, the openai SDK), ready to paste."""
+    env = f"RAGBUDGET_INDEX__DIR={Path(cfg.index.dir).resolve()} "
+    conf = f" --config {Path(config_path).resolve()}" if config_path else ""
+    url = f"http://127.0.0.1:{cfg.service.port}"
+    return f"""Next: serve the index `{index}` over HTTP (OpenAI-compatible) and ask it:
+
+  {env}ragbudget serve{conf} --host 127.0.0.1 --port {cfg.service.port} &
+
+  curl -s {url}/v1/query -H 'content-type: application/json' \\
+       -d '{{"question": "How is unused budget lent?", "index": "{index}"}}'
+
+  python - <<'PY'
+from openai import OpenAI
+client = OpenAI(base_url="{url}/v1", api_key="-")
+reply = client.chat.completions.create(model="{index}",
+    messages=[{{"role": "user", "content": "What does the semantic cache reject?"}}])
+print(reply.choices[0].message.content)
+PY
+"""
 
 
 def cmd_query(args: argparse.Namespace) -> int:

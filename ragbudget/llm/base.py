@@ -12,7 +12,7 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..errors import GenerationError, PartialGenerationError
 from ..types import Generation, Message, Prompt, Scored, Timings, TokenEvent, Usage
@@ -128,25 +128,29 @@ class GenerationStream(Iterator[TokenEvent]):
 
 @runtime_checkable
 class Generator(Protocol):
-    """What the router and pipeline call. ``name`` is the backend label (``extractive``, ``openai``…)."""
+    """What the router and pipeline call. ``name`` is the backend label (``extractive``, ``openai``…).
+
+    ``sampling`` holds the optional sampling keywords ``top_p`` and ``seed`` (see
+    :meth:`ragbudget.types.Sampling.engine_kwargs`); callers pass them only when a request sets them."""
 
     name: str
     model: str
 
     def generate(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,
-                 stop: Sequence[str] | None = None, context: Sequence[Scored] | None = None) -> Generation: ...
+                 stop: Sequence[str] | None = None, context: Sequence[Scored] | None = None,
+                 **sampling: Any) -> Generation: ...
 
     def stream(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,
                stop: Sequence[str] | None = None,
-               context: Sequence[Scored] | None = None) -> GenerationStream: ...
+               context: Sequence[Scored] | None = None, **sampling: Any) -> GenerationStream: ...
 
     async def agenerate(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,
                         stop: Sequence[str] | None = None,
-                        context: Sequence[Scored] | None = None) -> Generation: ...
+                        context: Sequence[Scored] | None = None, **sampling: Any) -> Generation: ...
 
     def astream(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,
                 stop: Sequence[str] | None = None,
-                context: Sequence[Scored] | None = None) -> "AsyncGenerationStream": ...
+                context: Sequence[Scored] | None = None, **sampling: Any) -> "AsyncGenerationStream": ...
 
 
 class AsyncGenerationStream:
@@ -211,7 +215,10 @@ class AsyncGenerationStream:
 
 
 class BaseGenerator:
-    """Derives generate / stream / agenerate / astream from :meth:`_pieces`."""
+    """Derives generate / stream / agenerate / astream from :meth:`_pieces`.
+
+    ``_pieces`` receives ``top_p`` and ``seed`` as keywords only when the request set them, so a backend
+    that does not sample (or predates them) needs no change; one that samples declares them."""
 
     name = "base"
 
@@ -219,35 +226,37 @@ class BaseGenerator:
         self.model = model
 
     def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
-                stop: Sequence[str] | None, context: Sequence[Scored] | None) -> Iterator[str]:
+                stop: Sequence[str] | None, context: Sequence[Scored] | None, **sampling: Any) -> Iterator[str]:
         raise NotImplementedError
 
     def stream(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,
                stop: Sequence[str] | None = None,
-               context: Sequence[Scored] | None = None) -> GenerationStream:
+               context: Sequence[Scored] | None = None, **sampling: Any) -> GenerationStream:
         if max_tokens < 1:
             raise GenerationError(f"max_tokens must be at least 1, got {max_tokens}")
         state = StreamState(model=self.model)
+        extra = {k: v for k, v in sampling.items() if v is not None}
         pieces = self._pieces(prompt, state, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                              context=context)
+                              context=context, **extra)
         return GenerationStream(pieces, state, self.name, self.model)
 
     def generate(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,
-                 stop: Sequence[str] | None = None, context: Sequence[Scored] | None = None) -> Generation:
+                 stop: Sequence[str] | None = None, context: Sequence[Scored] | None = None,
+                 **sampling: Any) -> Generation:
         return self.stream(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                           context=context).consume()
+                           context=context, **sampling).consume()
 
     async def agenerate(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,
                         stop: Sequence[str] | None = None,
-                        context: Sequence[Scored] | None = None) -> Generation:
+                        context: Sequence[Scored] | None = None, **sampling: Any) -> Generation:
         return await asyncio.to_thread(self.generate, prompt, max_tokens=max_tokens,
-                                       temperature=temperature, stop=stop, context=context)
+                                       temperature=temperature, stop=stop, context=context, **sampling)
 
     def astream(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,
                 stop: Sequence[str] | None = None,
-                context: Sequence[Scored] | None = None) -> AsyncGenerationStream:
+                context: Sequence[Scored] | None = None, **sampling: Any) -> AsyncGenerationStream:
         return AsyncGenerationStream(self.stream(prompt, max_tokens=max_tokens, temperature=temperature,
-                                                 stop=stop, context=context))
+                                                 stop=stop, context=context, **sampling))
 
 
 def make_prompt(messages: Sequence[tuple[str, str]], *, static_prefix: str = "",

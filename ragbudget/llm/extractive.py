@@ -192,7 +192,9 @@ class ExtractiveGenerator(BaseGenerator):
         return text, False
 
     def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
-                stop: Sequence[str] | None, context: Sequence[Scored] | None) -> Iterator[str]:
+                stop: Sequence[str] | None, context: Sequence[Scored] | None, top_p: float | None = None,
+                seed: int | None = None) -> Iterator[str]:
+        # temperature, top_p and seed are accepted and ignored: composing quoted sentences samples nothing
         passages = passages_from_context(context) if context is not None else passages_from_prompt(prompt.text)
         question = question_from_prompt(prompt)
         text, cut = self.compose(question, passages, max_tokens)

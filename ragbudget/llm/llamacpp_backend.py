@@ -113,16 +113,19 @@ class LlamaCppGenerator(BaseGenerator):
             self._llm.reset()
 
     def _call(self, prompt: Prompt, max_tokens: int, temperature: float,
-              stop: Sequence[str] | None) -> Iterator[Any]:
+              stop: Sequence[str] | None, top_p: float | None = None, seed: int | None = None) -> Iterator[Any]:
         llm = self._llm
         kw = dict(max_tokens=max_tokens, temperature=temperature, stop=list(stop or []) or None,
-                  stream=True, seed=self.seed)
+                  stream=True, seed=self.seed if seed is None else seed)
+        if top_p is not None:
+            kw["top_p"] = top_p
         if self.chat:
             return iter(llm.create_chat_completion(messages=prompt.openai_messages(), **kw))
         return iter(llm.create_completion(prompt.text, **kw))
 
     def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
-                stop: Sequence[str] | None, context: Sequence[Scored] | None) -> Iterator[str]:
+                stop: Sequence[str] | None, context: Sequence[Scored] | None, top_p: float | None = None,
+                seed: int | None = None) -> Iterator[str]:
         llm = self.load()
         if not self._lock.acquire(timeout=self.lock_timeout_s):
             raise BackendUnavailableError(f"llamacpp model {self.model} busy for {self.lock_timeout_s}s",
@@ -132,7 +135,7 @@ class LlamaCppGenerator(BaseGenerator):
             for attempt in (1, 2):
                 before = list(llm._input_ids)
                 try:
-                    chunks = self._call(prompt, max_tokens, temperature, stop)
+                    chunks = self._call(prompt, max_tokens, temperature, stop, top_p, seed)
                     for chunk in chunks:
                         choice = chunk["choices"][0]
                         piece = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")

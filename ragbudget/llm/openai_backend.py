@@ -93,15 +93,17 @@ class OpenAIGenerator(BaseGenerator):
         return GenerationError(f"{where}: {type(err).__name__}: {err}")
 
     def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
-                stop: Sequence[str] | None, context: Sequence[Scored] | None) -> Iterator[str]:
+                stop: Sequence[str] | None, context: Sequence[Scored] | None, top_p: float | None = None,
+                seed: int | None = None) -> Iterator[str]:
         text: list[str] = []
+        optional = {k: v for k, v in (("top_p", top_p), ("seed", seed)) if v is not None}
         usage: Any = None
         finish: str | None = None
         try:
             stream = self.client.chat.completions.create(
                 model=self.model, messages=prompt.openai_messages(),  # type: ignore[arg-type]
                 max_tokens=max_tokens, temperature=temperature, stop=list(stop) if stop else None,
-                stream=True, stream_options={"include_usage": True})
+                stream=True, stream_options={"include_usage": True}, **optional)
             with stream:
                 for chunk in stream:
                     if getattr(chunk, "usage", None) is not None:

@@ -7,6 +7,7 @@ import hmac
 from fastapi import Request
 
 from ..config import TenantConfig
+from ..openai_surface import default_index
 from .errors import ApiError
 from .state import ServiceState
 
@@ -43,8 +44,17 @@ def tenant_index(state: ServiceState, tenant: TenantConfig, requested: str | Non
     """The index to use; an index outside the tenant's list is 'not found' (its existence is not leaked)."""
     if requested is None:
         default = state.config.index.name
-        return default if default in tenant.indexes or "*" in tenant.indexes else tenant.indexes[0]
+        preferred = default if default in tenant.indexes or "*" in tenant.indexes else tenant.indexes[0]
+        built = state.rag.list_indexes() if state.rag is not None else []
+        if preferred in built:
+            return preferred
+        return default_index(preferred, visible_indexes(tenant, built))
     if requested not in tenant.indexes and "*" not in tenant.indexes:
         raise ApiError(404, "IndexNotFoundError", f"no index named {requested!r}",
                        "GET /v1/indexes lists the indexes you can use")
     return requested
+
+
+def visible_indexes(tenant: TenantConfig, built: list[str]) -> list[str]:
+    """The built indexes this tenant may query."""
+    return [n for n in built if n in tenant.indexes or "*" in tenant.indexes]

@@ -17,12 +17,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import errors as E
+from ..openai_surface import UnknownModelError
 
 log = logging.getLogger(__name__)
 
 # First match wins: subclasses before their bases.
 STATUS_BY_ERROR: tuple[tuple[type[E.RagBudgetError], int], ...] = (
     (E.AdmissionError, 429),
+    (UnknownModelError, 404),  # OpenAI answers an unknown model with 404 model_not_found
     (E.IndexNotFoundError, 404),
     (E.IndexMismatchError, 409),
     (E.IndexBusyError, 409),
@@ -52,8 +54,13 @@ class ApiError(Exception):
         self.status, self.type, self.message, self.fix, self.headers = status, type_, message, fix, headers
 
 
-def error_body(type_: str, message: str, fix: str | None = "") -> dict[str, Any]:
-    return {"error": {"type": type_, "message": message, "fix": fix or ""}}
+def error_body(type_: str, message: str, fix: str | None = "", param: str | None = None) -> dict[str, Any]:
+    """``{"error": {"type", "message", "fix"}}``, plus ``param`` (as in OpenAI's errors) when one request
+    parameter is at fault."""
+    body: dict[str, Any] = {"type": type_, "message": message, "fix": fix or ""}
+    if param is not None:
+        body["param"] = param
+    return {"error": body}
 
 
 def split_message(err: E.RagBudgetError) -> str:
@@ -76,7 +83,7 @@ def rag_error_payload(err: E.RagBudgetError) -> tuple[int, dict[str, Any], dict[
         headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
     elif status in (503, 504):  # a backend is down or slow: every 503 says when to come back
         headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE_S)
-    return status, error_body(type(err).__name__, split_message(err), err.fix), headers
+    return status, error_body(type(err).__name__, split_message(err), err.fix, getattr(err, "param", None)), headers
 
 
 def _validation_message(err: RequestValidationError) -> str:

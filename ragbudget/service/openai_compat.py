@@ -1,13 +1,15 @@
-"""``POST /v1/chat/completions``: OpenAI-compatible, streaming and not, answered by the RAG pipeline.
+"""The OpenAI-compatible routes: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``
+and ``POST /v1/embeddings``. What they accept, refuse and select is :mod:`ragbudget.openai_surface`.
 
-The last user message is the question; earlier user/assistant/system messages are the history.
-``model`` picks a mode when it names one (``rag.modes()``), else the default mode. Extra body fields
-``index`` and ``mode`` (OpenAI SDK: ``extra_body=``) choose the index and mode. The response also carries
+The last user message is the question; earlier user/assistant/system messages are the history. ``model``
+names the default (``ragbudget``), a mode, an index or ``INDEX:MODE`` (GET /v1/models lists them); extra body
+fields ``index``, ``mode`` and ``filters`` (OpenAI SDK: ``extra_body=``) choose too. The response also carries
 a ``ragbudget`` object (citations, ledger, route, cache layer, degrade level).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -17,46 +19,20 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from sse_starlette import EventSourceResponse
 
+from .. import openai_surface as oai
 from ..config import TenantConfig
 from ..errors import RagBudgetError
-from ..types import Answer, FinalEvent, Message, TokenEvent
-from .auth import current_tenant, get_state
-from .errors import ApiError, error_body, rag_error_payload
+from ..types import Answer, FinalEvent, TokenEvent
+from .auth import current_tenant, get_state, visible_indexes
+from .errors import error_body, rag_error_payload
 from .query import SSE_SEND_TIMEOUT_S
 from .run import answer_once, answer_stream_chunks, precheck, prepare, require_rag, sse_bytes
-from .schemas import ChatCompletionRequest, ChatMessage
+from .schemas import ChatCompletionRequest, EmbeddingRequest
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
-
-def _text(m: ChatMessage) -> str:
-    if m.content is None:
-        return ""
-    if isinstance(m.content, str):
-        return m.content
-    return "".join(str(p.get("text", "")) for p in m.content if isinstance(p, dict) and p.get("type") == "text")
-
-
-def split_messages(messages: list[ChatMessage]) -> tuple[str, list[Message]]:
-    """(question, history) from OpenAI messages; tool/developer messages are not history."""
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
-    if last_user is None:
-        raise ApiError(400, "QueryError", "no user message in messages", "add a message with role 'user'")
-    history = [Message(m.role, _text(m)) for m in messages[:last_user]  # type: ignore[arg-type]
-               if m.role in ("user", "assistant", "system") and _text(m)]
-    return _text(messages[last_user]), history
-
-
-def _usage(answer: Answer) -> dict[str, Any]:
-    u = answer.usage
-    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
-
-
-def finish_reason(answer: Answer) -> str:
-    """OpenAI's finish_reason: "length" when the output hit its token cap (or broke off), else "stop"."""
-    return "length" if answer.finish_reason == "length" or answer.partial else "stop"
+_usage, finish_reason = oai.usage, oai.finish_reason
 
 
 def _extension(answer: Answer, extras: dict[str, Any]) -> dict[str, Any]:
@@ -65,16 +41,40 @@ def _extension(answer: Answer, extras: dict[str, Any]) -> dict[str, Any]:
             } | extras
 
 
+@router.get("/v1/models", summary="OpenAI-compatible model list: ragbudget, each mode, each index, INDEX:MODE")
+async def models(request: Request, tenant: TenantConfig = Depends(current_tenant)) -> dict[str, Any]:
+    state = get_state(request)
+    rag = require_rag(state)
+    ids = oai.model_ids(rag.modes(), visible_indexes(tenant, rag.list_indexes()),
+                        oai.embedding_model_id(state.config.embedding.model))
+    return oai.models_response(ids)
+
+
+@router.post("/v1/embeddings", summary="OpenAI-compatible embeddings from the configured embedder")
+async def embeddings(body: EmbeddingRequest, request: Request,
+                     tenant: TenantConfig = Depends(current_tenant)) -> dict[str, Any]:
+    state = get_state(request)
+    rag = require_rag(state)
+    model_id = oai.embedding_model_id(state.config.embedding.model)
+    texts = oai.embedding_inputs(body.model_dump(exclude_unset=True), model_id)
+    vectors = await asyncio.to_thread(rag.embedder.embed, texts)
+    return oai.embeddings_response(vectors, texts, model_id, state.tokenizer.count,
+                                   body.encoding_format or "float", body.dimensions)
+
+
 @router.post("/v1/chat/completions", summary="OpenAI-compatible chat completions over the RAG pipeline")
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            tenant: TenantConfig = Depends(current_tenant)) -> Any:
     state = get_state(request)
     rag = require_rag(state)
-    question, history = split_messages(body.messages)
-    mode = body.mode or (body.model if body.model in rag.modes() else None)
-    pq = prepare(state, tenant, question=question, history=history, mode=mode, index=body.index,
+    fields = body.model_dump(exclude_unset=True)
+    oai.check_chat_parameters(fields)
+    question, history = oai.split_messages(fields.get("messages") or [])
+    index, mode = oai.resolve_model(body.model, modes=rag.modes(), index=body.index, mode=body.mode,
+                                    indexes=visible_indexes(tenant, rag.list_indexes()))
+    pq = prepare(state, tenant, question=question, history=history, mode=mode, index=index,
                  priority="interactive", max_tokens=body.max_completion_tokens or body.max_tokens,
-                 filters=body.filters)
+                 filters=body.filters, sampling=oai.sampling_from(fields))
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
     if not body.stream:
         answer, extras = await answer_once(state, pq)

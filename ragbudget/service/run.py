@@ -15,7 +15,7 @@ from ..config import TenantConfig
 from ..errors import AdmissionError, QueryError
 from ..index.filters import parse_filters
 from ..pipeline import RAG
-from ..types import Answer, FinalEvent, Message, ProgressEvent, StreamEvent, TokenEvent
+from ..types import Answer, FinalEvent, Message, ProgressEvent, Sampling, StreamEvent, TokenEvent
 from .auth import tenant_index
 from .errors import ApiError
 from .state import ServiceState
@@ -36,6 +36,7 @@ class PreparedQuery:
     input_tokens: int = 0  # question + history; the actual charge adds the completion tokens generated
     checked: bool = False  # admission.check already ran (streaming: before the response started)
     filters: dict[str, Any] | None = None  # metadata filters, validated by prepare()
+    sampling: Sampling | None = None  # temperature, top_p, stop, seed (OpenAI route)
 
     def actual_tokens(self, answer: Answer) -> int:
         """What the request really took from the token bucket: its input plus what the model generated
@@ -44,7 +45,8 @@ class PreparedQuery:
 
     def kwargs(self, degrade_level: int) -> dict[str, Any]:
         return {"history": self.history or None, "mode": self.mode, "index": self.index, "tenant": self.tenant,
-                "degrade_level": degrade_level, "max_tokens": self.max_tokens, "filters": self.filters}
+                "degrade_level": degrade_level, "max_tokens": self.max_tokens, "filters": self.filters,
+                "sampling": self.sampling}
 
 
 def require_rag(state: ServiceState) -> RAG:
@@ -56,7 +58,7 @@ def require_rag(state: ServiceState) -> RAG:
 
 def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history: list[Message],
             mode: str | None, index: str | None, priority: str, max_tokens: int | None,
-            filters: dict[str, Any] | None = None) -> PreparedQuery:
+            filters: dict[str, Any] | None = None, sampling: Sampling | None = None) -> PreparedQuery:
     """Enforce the configured limits before any work (400/404 on refusal)."""
     rag = require_rag(state)
     limits = state.config.service.limits
@@ -87,7 +89,7 @@ def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history
     out = min(max_tokens, mode_cap) if max_tokens is not None else mode_cap
     return PreparedQuery(question, history, mode, idx, tenant.name, priority, max_tokens,
                          est_tokens=q_tokens + h_tokens + out, input_tokens=q_tokens + h_tokens,
-                         filters=filters or None)
+                         filters=filters or None, sampling=sampling)
 
 
 def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int,

@@ -33,17 +33,34 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    """The subset of the OpenAI chat API ragbudget uses; other OpenAI fields are accepted and ignored."""
+    """The OpenAI chat API as ragbudget serves it. Other fields are kept (``extra="allow"``) so that
+    :func:`ragbudget.openai_surface.check_chat_parameters` refuses them by name rather than ignoring them."""
 
     model_config = ConfigDict(extra="allow")
     model: str = Field("ragbudget", max_length=200)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
+    messages: list[ChatMessage] = Field(max_length=10_000)  # empty: a 400 naming messages, not a 422
     stream: bool = False
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
+    n: int | None = None
     index: str | None = Field(None, min_length=1, max_length=200)
     mode: str | None = Field(None, max_length=100)
     filters: dict[str, Any] | None = None  # ragbudget extension (extra_body={"filters": ...} in the openai SDK)
+
+
+class EmbeddingRequest(BaseModel):
+    """``POST /v1/embeddings``; validated further by :func:`ragbudget.openai_surface.embedding_inputs`."""
+
+    model_config = ConfigDict(extra="allow")
+    input: str | list[Any]
+    model: str | None = Field(None, max_length=200)
+    encoding_format: str | None = Field(None, max_length=20)
+    dimensions: int | None = None
+    user: str | None = Field(None, max_length=200)
 
 
 class DeleteRequest(BaseModel):
