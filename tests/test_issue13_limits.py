@@ -170,11 +170,11 @@ def test_errors_carry_a_fix_and_503_says_when_to_retry(tmp_path, embedder):
         assert e.value.fix, e.value
     status, body, headers = rag_error_payload(BackendUnavailableError("down", fix="start the server"))
     assert status == 503 and int(headers["Retry-After"]) >= 1
-    # an empty vectors.npy and an unwritable index folder: messages with a fix, not tracebacks
+    # an empty vectors file and an unwritable index folder: messages with a fix, not tracebacks
     cfg = Config().with_overrides({"index.dir": str(tmp_path / "idx")})
     r = RAG(cfg, index="e", embedder=embedder)
     r.ingest(SAMPLE_DOCS / "budgets.md")
-    (tmp_path / "idx" / "e" / "vectors.npy").write_bytes(b"")
+    next((tmp_path / "idx" / "e").glob("seg-*.vectors.npy")).write_bytes(b"")
     with pytest.raises(IndexError_) as e:
         RAG(cfg, index="e", embedder=embedder).query("How are budgets lent?")
     assert "damaged" in str(e.value) and e.value.fix

@@ -1,21 +1,19 @@
-"""HybridIndex: chunk store + FAISS dense + BM25 sparse, persisted atomically under ``<index.dir>/<name>/``.
+"""HybridIndex: chunks with FAISS dense vectors and BM25 terms, row-aligned, under ``<index.dir>/<name>/``.
 
-Layout: ``manifest.json``, ``chunks.jsonl``, ``vectors.npy``, ``bm25_tokens.json``, ``sources.json``.
-Saving writes a sibling temp folder and swaps it in with renames, so a crash or Ctrl-C mid-save leaves
-the previous index loadable (a swap interrupted between its two renames is repaired on the next load).
+Storage is a list of immutable segments plus a manifest naming them (:mod:`.segments`): an ingest writes
+only the chunks it adds, appends their vectors to the FAISS structure in place, marks replaced rows dead
+and rebuilds only the BM25 matrix (bm25s, seconds at 100k chunks). A compaction rewrites the live rows into
+one segment when dead rows pass a quarter of all rows. The manifest rename is the commit: a crash or Ctrl-C
+before it leaves the previous version serving, and its leftovers are removed by the next write.
 
-Re-ingesting diffs by chunk id: unchanged chunks keep their stored vectors, only new chunks are embedded,
-and chunks of documents that disappeared from a re-ingested folder are removed.
+Re-ingesting diffs by chunk id: unchanged chunks keep their rows (no re-embedding, no rewrite), only new
+chunks are embedded, and chunks of documents that disappeared from a re-ingested folder are removed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import os
-import re
-import shutil
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -23,72 +21,63 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from ..config import Config
-from ..embed import Embedder, EmbeddingCache, SentenceTransformerEmbedder
+from ..embed import Embedder
 from ..errors import IndexError_, IndexNotFoundError, IngestError
 from ..ingest import Chunker, load_path
 from ..ingest.paths import PathPolicy
-from ..tokens import Tokenizer
 from ..types import Chunk, Document
-from .atomic import clean_leftovers, fsync_dir, recover_swap
+from . import segments as seg_files
+from .atomic import clean_leftovers, recover_swap
 from .base import ProgressFn
 from .dense import DenseIndex
-from .lock import index_write_lock
-from .manifest import MANIFEST_FILE, Manifest, content_version
-from .report import IngestReport
 from .filters import Filters, fingerprint, matches
+from .lock import index_write_lock
+from .manifest import FORMAT_VERSION, MANIFEST_FILE, Manifest, content_version
+from .names import check_name, default_embedder, ingest_tokenizer, list_indexes
+from .reader import SegmentCache, Version, read_version
+from .report import IngestReport
+from .segments import Segment
 from .sparse import Analyzer, SparseIndex
 from .store import ChunkStore
 
-log = logging.getLogger(__name__)
+__all__ = ["HybridIndex", "IngestReport", "ProgressFn", "default_embedder", "ingest_path", "list_indexes",
+           "wait_notice"]
 
 FILTER_MEMO = 64  # distinct filters whose allowed rows are kept per loaded version
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 EMBED_BATCH = 256
-
-
-def default_embedder(cfg: Config) -> SentenceTransformerEmbedder:
-    """The configured embedder with its persistent cache at ``<index.dir>/.embcache.sqlite``."""
-    cache = EmbeddingCache(Path(cfg.index.dir) / ".embcache.sqlite") if cfg.embedding.cache else None
-    return SentenceTransformerEmbedder(cfg.embedding, cache)
-
-
-def list_indexes(index_dir: str | os.PathLike[str]) -> list[str]:
-    d = Path(index_dir)
-    if not d.is_dir():
-        return []
-    # a save's crash leftovers (".NAME.tmp-PID", ".NAME.old") and other dot-folders are never indexes
-    return sorted(p.name for p in d.iterdir()
-                  if _NAME.match(p.name) and p.is_dir() and (p / MANIFEST_FILE).is_file())
-
-
-def _ingest_tokenizer(cfg: Config) -> Tokenizer:
-    """The chunker's tokenizer, without the count memo: ingest-time texts do not recur, and the memo would
-    keep up to its size in chunk texts alive for as long as the index is loaded."""
-    return Tokenizer(cfg.tokenizer.encoding, count_cache_entries=0)
-
-
-def _check_name(name: str) -> None:
-    if not _NAME.match(name):
-        raise IndexError_(f"invalid index name {name!r}",
-                          fix="use letters, digits, '_', '-' or '.', not starting with '.' or '-'")
+COMPACT_DEAD_FRACTION = 0.25  # compact when dead rows pass this share of all rows
+COMPACT_SEGMENTS = 32  # ... or when there are more segments than this
 
 
 class HybridIndex:
-    """Chunks with dense vectors and BM25 terms, row-aligned. Build with :meth:`create`, open with :meth:`load`."""
+    """Chunks with dense vectors and BM25 terms. Build with :meth:`create`, open with :meth:`load`.
 
-    def __init__(self, folder: Path, manifest: Manifest, config: Config, store: ChunkStore, dense: DenseIndex,
-                 sparse: SparseIndex, sources: dict[str, list[str]]) -> None:
+    Rows are global over the segments (deleted rows keep their number until a compaction); ``store`` holds
+    the live chunks in row order."""
+
+    def __init__(self, folder: Path, manifest: Manifest, config: Config, version: Version) -> None:
         self.folder = folder
         self.manifest = manifest
         self.config = config
-        self.store = store
-        self.dense = dense
-        self.sparse = sparse
-        self.sources = sources
-        self._ids: list[str] = store.ids
-        self._dirty = not (folder / MANIFEST_FILE).is_file()
+        self.segments: list[Segment] = version.segments
+        self.dense: DenseIndex = version.dense
+        self.sparse: SparseIndex = version.sparse
+        self.sources: dict[str, list[str]] = version.sources
+        self._rows: list[Chunk] = [c for s in self.segments for c in s.chunks]
+        self._dead: set[int] = set(int(r) for r in version.dead)
+        self._terms_flat: list[list[str]] | None = None
+        self._index_rows()
+        self._dirty = version.legacy or not (folder / MANIFEST_FILE).is_file()
+        self._sparse_saved = not self._dirty
+        self.chunker = Chunker(config.chunking, ingest_tokenizer(config))
+
+    def _index_rows(self) -> None:
+        live = [r for r in range(len(self._rows)) if r not in self._dead]
+        self._live = np.asarray(live, np.int64)
+        self.store = ChunkStore(self._rows[r] for r in live)
+        self._row_of = {self._rows[r].id: r for r in live}
+        self._ids: list[str] = [self._rows[r].id for r in live]
         self._filter_memo: dict[str, np.ndarray] = {}
-        self.chunker = Chunker(config.chunking, _ingest_tokenizer(config))
 
     # -- construction ---------------------------------------------------------------------------
     @property
@@ -101,20 +90,23 @@ class HybridIndex:
 
     @staticmethod
     def path_for(name: str, cfg: Config) -> Path:
-        _check_name(name)
+        check_name(name)
         return Path(cfg.index.dir) / name
 
     @classmethod
     def create(cls, name: str, cfg: Config, *, model_id: str, dim: int) -> "HybridIndex":
         """A new, empty in-memory index (nothing is written until :meth:`save`)."""
         folder = cls.path_for(name, cfg)
-        chunker = Chunker(cfg.chunking, _ingest_tokenizer(cfg))
+        chunker = Chunker(cfg.chunking, ingest_tokenizer(cfg))
         sparse = SparseIndex(cfg.retrieval.bm25)
         manifest = Manifest(name=name, embedding_model=model_id, embedding_dim=dim, chunker=chunker.settings(),
                             analyzer={**sparse.analyzer.settings(), "k1": cfg.retrieval.bm25.k1,
                                       "b": cfg.retrieval.bm25.b},
                             faiss_kind=cfg.retrieval.faiss.kind, content_version=content_version([]))
-        return cls(folder, manifest, cfg, ChunkStore(), DenseIndex(dim, cfg.retrieval.faiss), sparse, {})
+        version = Version([], np.zeros(0, np.int64), DenseIndex(dim, cfg.retrieval.faiss), sparse, {})
+        index = cls(folder, manifest, cfg, version)
+        index._dirty = True
+        return index
 
     @classmethod
     def exists(cls, name: str, cfg: Config) -> bool:
@@ -123,37 +115,43 @@ class HybridIndex:
         return (folder / MANIFEST_FILE).is_file()
 
     @classmethod
-    def load(cls, name: str, cfg: Config, *, model_id: str | None = None, dim: int | None = None) -> "HybridIndex":
-        """Open a saved index; with ``model_id`` (and ``dim``) check it was built with that embedding model.
+    def load(cls, name: str, cfg: Config, *, model_id: str | None = None, dim: int | None = None,
+             cache: SegmentCache | None = None) -> "HybridIndex":
+        """Open the committed version; with ``model_id`` (and ``dim``) check it was built with that model.
+        ``cache``: segments already read (by another version of this index) are reused, not read again.
 
         Raises IndexNotFoundError (listing existing indexes) or IndexMismatchError (naming both models).
         """
         folder = cls.path_for(name, cfg)
-        recover_swap(folder)
+        recover_swap(folder)  # a format-1 save interrupted between its two renames
         if not (folder / MANIFEST_FILE).is_file():
             existing = list_indexes(cfg.index.dir)
             raise IndexNotFoundError(
-                f"no index named {name!r} in {Path(cfg.index.dir).resolve()}"
-                f" (existing: {', '.join(existing) if existing else 'none'})",
+                f"no index named {name!r} under {cfg.index.dir} (existing: {', '.join(existing) if existing else 'none'})",
                 fix=f"create it with: ragbudget ingest PATH --index {name}")
-        manifest = Manifest.load(folder)
-        if model_id is not None:
-            manifest.check_model(model_id, dim)
-        try:
-            store = ChunkStore.load(folder / "chunks.jsonl")
-            dense = DenseIndex.load(folder, manifest.embedding_dim, cfg.retrieval.faiss)
-            sparse = SparseIndex.load(folder, cfg.retrieval.bm25)
-            sources = json.loads((folder / "sources.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError, KeyError, EOFError) as err:  # EOFError: an empty or cut vectors.npy
-            raise IndexError_(f"index {name!r} at {folder} is damaged: {type(err).__name__}: {err or 'file is empty'}",
-                              fix=f"re-ingest with --rebuild (ragbudget ingest PATH --index {name} --rebuild)") from None
-        if not (len(store) == len(dense) == len(sparse)):
-            raise IndexError_(f"index {name!r} is inconsistent: {len(store)} chunks, {len(dense)} vectors, "
-                              f"{len(sparse)} BM25 rows", fix="re-ingest with --rebuild")
-        if sparse.analyzer.settings() != {k: manifest.analyzer.get(k) for k in ("stemmer", "stopwords")}:
+        for attempt in range(3):
+            manifest = Manifest.load(folder)
+            if model_id is not None:
+                manifest.check_model(model_id, dim)
+            try:
+                version = read_version(folder, manifest, cfg, cache)
+                break
+            except FileNotFoundError:
+                if attempt == 2 or Manifest.load(folder).content_version == manifest.content_version:
+                    raise cls._damaged(name, folder, "a file it names is missing") from None
+                continue  # a writer committed (and cleaned up) while this version was being read: retry
+            except (OSError, ValueError, KeyError, EOFError) as err:  # EOFError: an empty or cut .npy
+                raise cls._damaged(name, folder, f"{type(err).__name__}: {err or 'file is empty'}") from None
+        index = cls(folder, manifest, cfg, version)
+        if index.sparse.analyzer.settings() != {k: manifest.analyzer.get(k) for k in ("stemmer", "stopwords")}:
             # BM25 terms were analyzed with other settings: re-analyze from the stored chunk texts.
-            sparse.rebuild(sparse.analyze_many([c.text for c in store]))
-        return cls(folder, manifest, cfg, store, dense, sparse, sources)
+            index._rebuild_sparse(reanalyze=True)
+        return index
+
+    @staticmethod
+    def _damaged(name: str, folder: Path, why: str) -> IndexError_:
+        return IndexError_(f"index {name!r} at {folder} is damaged: {why}",
+                           fix=f"re-ingest with --rebuild (ragbudget ingest PATH --index {name} --rebuild)")
 
     @classmethod
     def open_or_create(cls, name: str, cfg: Config, embedder: Embedder, *, rebuild: bool = False) -> "HybridIndex":
@@ -166,7 +164,7 @@ class HybridIndex:
         return len(self._ids)
 
     def chunk_at(self, row: int) -> Chunk:
-        return self.store.get(self._ids[row])
+        return self._rows[row]
 
     @property
     def analyzer(self) -> Analyzer:
@@ -179,14 +177,13 @@ class HybridIndex:
         return [self.store.get(i) for i in ids if i in self.store]
 
     def allowed_rows(self, filters: Filters) -> np.ndarray | None:
-        """Rows matching ``filters`` (None = all rows), memoised per filter for this version."""
+        """Live rows matching ``filters`` (None = all rows), memoised per filter for this version."""
         if not filters:
             return None
         key = fingerprint(filters)
         rows = self._filter_memo.get(key)
         if rows is None:
-            rows = np.fromiter((i for i, cid in enumerate(self._ids) if matches(self.store.get(cid), filters)),
-                               dtype=np.int64)
+            rows = np.fromiter((r for r in self._live.tolist() if matches(self._rows[r], filters)), dtype=np.int64)
             if len(self._filter_memo) >= FILTER_MEMO:
                 self._filter_memo.pop(next(iter(self._filter_memo)))
             self._filter_memo[key] = rows
@@ -196,22 +193,23 @@ class HybridIndex:
         rows = self.allowed_rows(filters)
         if rows is not None and not len(rows):
             return []
-        return [(self.chunk_at(r), s) for r, s in self.dense.search(query_vector, k, rows=rows)]
+        return [(self._rows[r], s) for r, s in self.dense.search(query_vector, k, rows=rows)]
 
     def search_sparse(self, query: str, k: int, filters: Filters = ()) -> list[tuple[Chunk, float]]:
         rows = self.allowed_rows(filters)
         if rows is not None and not len(rows):
             return []
-        return [(self.chunk_at(r), s) for r, s in self.sparse.search(query, k, rows=rows)]
+        return [(self._rows[r], s) for r, s in self.sparse.search(query, k, rows=rows)]
 
     def info(self) -> dict[str, object]:
         return {"name": self.name, "backend": "local", "chunks": len(self), "documents": self.manifest.n_documents,
-                "content_version": self.version, "path": str(self.folder),
-                "manifest": dataclasses.asdict(self.manifest)}
+                "content_version": self.version, "path": str(self.folder), "segments": len(self.segments),
+                "deleted_rows": len(self._dead), "manifest": dataclasses.asdict(self.manifest)}
 
     def close(self) -> None:
         self._filter_memo.clear()
 
+    # -- changes --------------------------------------------------------------------------------
     def delete(self, *, doc_ids: Iterable[str] = (), sources: Iterable[str] = (), save: bool = True) -> int:
         """Remove documents by id or by source (a path as ingested, or a record file's ``path:id``
         prefix); then save. Returns the number of chunks removed (0: nothing saved)."""
@@ -220,18 +218,14 @@ class HybridIndex:
                 or any(c.source.startswith(s + ":") for s in srcs)}
         if not gone:
             return 0
-        keep = [i for i, cid in enumerate(self._ids) if self.store.get(cid).doc_id not in gone]
-        removed = len(self._ids) - len(keep)
-        chunks = [self.store.get(self._ids[i]) for i in keep]
-        self._replace(chunks, self.dense.vectors[keep], [self.sparse.tokens[i] for i in keep])
+        remove = {c.id for c in self.store if c.doc_id in gone}
+        self._apply(remove, [], np.zeros((0, self.manifest.embedding_dim), np.float32), [])
         for root, docs in list(self.sources.items()):
             self.sources[root] = [d for d in docs if d not in gone]
-        self._dirty = True
         if save:
             self.save()
-        return removed
+        return len(remove)
 
-    # -- ingest ---------------------------------------------------------------------------------
     def ingest(self, path: str | os.PathLike[str], embedder: Embedder, *, progress: ProgressFn | None = None,
                save: bool = True, policy: PathPolicy | None = None) -> IngestReport:
         """Load ``path`` (folder or file), upsert its documents, drop documents gone from it, then save.
@@ -258,23 +252,21 @@ class HybridIndex:
                       progress: ProgressFn | None = None, protect_sources: set[str] = frozenset(),
                       save: bool = True) -> IngestReport:
         """Upsert ``docs`` and commit them (``save=False``: in memory only; call :meth:`save` after).
-        With ``root``, documents previously
-        ingested from that root and absent from ``docs`` are removed, unless their source is in
-        ``protect_sources`` (files that failed to load this time)."""
+        With ``root``, documents previously ingested from that root and absent from ``docs`` are removed,
+        unless their source is in ``protect_sources`` (files that failed to load this time)."""
         if embedder.model_id != self.manifest.embedding_model:
             self.manifest.check_model(embedder.model_id)
         report = IngestReport(index=self.name)
         if self.manifest.chunker != self.chunker.settings() and len(self):
             report.notes.append(f"chunking settings changed ({self.manifest.chunker} → {self.chunker.settings()}): "
                                 "re-ingested documents are re-chunked and re-embedded; use --rebuild to redo all")
-        ids_seen: dict[str, Document] = {}
+        by_id: dict[str, Document] = {}
         for d in docs:
-            if d.id in ids_seen:
+            if d.id in by_id:
                 report.notes.append(f"duplicate document id {d.id!r} ({d.metadata.get('source')}); the last one wins")
-            ids_seen[d.id] = d
-        docs = list(ids_seen.values())
+            by_id[d.id] = d
+        docs = list(by_id.values())
         report.documents = len(docs)
-        # Chunk every incoming document.
         new_by_doc: dict[str, list[Chunk]] = {}
         for i, d in enumerate(docs):
             new_by_doc[d.id] = self.chunker.chunk(d)
@@ -284,48 +276,43 @@ class HybridIndex:
                 progress("chunk", i + 1, len(docs))
         removed_docs: set[str] = set()
         if root is not None:
-            before = set(self.sources.get(root, []))
-            gone = before - set(new_by_doc)
+            gone = set(self.sources.get(root, [])) - set(new_by_doc)
             protected = {c.doc_id for c in self.store if c.doc_id in gone and c.source in protect_sources}
             removed_docs = gone - protected
             self.sources[root] = sorted(set(new_by_doc) | protected)
         replaced = set(new_by_doc) | removed_docs
-        old_rows = {cid: i for i, cid in enumerate(self._ids)}
-        kept = [c for c in self.store if c.doc_id not in replaced]
-        incoming = [c for cs in new_by_doc.values() for c in cs]
-        old_of_replaced = {c.id for c in self.store if c.doc_id in replaced}
+        incoming = list({c.id: c for cs in new_by_doc.values() for c in cs}.values())
         incoming_ids = {c.id for c in incoming}
+        old_of_replaced = {c.id for c in self.store if c.doc_id in replaced}
         report.chunks_unchanged = len(incoming_ids & old_of_replaced)
         report.chunks_added = len(incoming_ids - old_of_replaced)
         report.chunks_removed = len(old_of_replaced - incoming_ids)
         report.documents_removed = len(removed_docs & self.store.doc_ids())
-        changed_records = any(c != self.store.get(c.id) for c in incoming if c.id in self.store)
-        self._dirty = bool(report.chunks_added or report.chunks_removed or changed_records
-                           or len(kept) + len(incoming) != len(self._ids))
-        if not self._dirty:
+        # A chunk whose id is stored but whose record changed (metadata, position) gets a new row; its
+        # vector and terms are reused.
+        changed = {c.id for c in incoming if c.id in self.store and c != self.store.get(c.id)}
+        remove = (old_of_replaced - incoming_ids) | changed
+        add = [c for c in incoming if c.id not in self.store or c.id in changed]
+        if not remove and not add:
             report.content_version = self.version
             return report
-        # Vectors: reuse stored rows by chunk id; embed only the rest.
-        todo = [c for c in incoming if c.id not in old_rows]
+        todo = [c for c in add if c.id not in self._row_of]
         fresh: dict[str, np.ndarray] = {}
         for start in range(0, len(todo), EMBED_BATCH):
             part = todo[start:start + EMBED_BATCH]
-            vecs = embedder.embed([c.text for c in part])
-            fresh.update(zip((c.id for c in part), vecs))
+            fresh.update(zip((c.id for c in part), embedder.embed([c.text for c in part])))
             if progress:
                 progress("embed", start + len(part), len(todo))
         report.embedded = len(todo)
-        chunks = kept + incoming
-        dim = self.manifest.embedding_dim
-        vectors = np.empty((len(chunks), dim), np.float32)
-        for i, c in enumerate(chunks):
-            vectors[i] = fresh[c.id] if c.id in fresh else self.dense.vectors[old_rows[c.id]]
-        old_tokens = self.sparse.tokens
-        fresh_tokens = dict(zip((c.id for c in todo), self.sparse.analyze_many([c.text for c in todo])))
-        tokens = [fresh_tokens[c.id] if c.id in fresh_tokens else old_tokens[old_rows[c.id]] for c in chunks]
+        vectors = np.empty((len(add), self.manifest.embedding_dim), np.float32)
+        terms: list[list[str]] = []
+        for i, c in enumerate(add):
+            old = self._row_of.get(c.id)
+            vectors[i] = fresh[c.id] if old is None else self.dense.vectors[old]
+            terms.append(self.sparse.analyzer(c.text) if old is None else self._terms_of(old))
         if progress:
             progress("index", 0, 1)
-        self._replace(chunks, vectors, tokens)
+        self._apply(remove, add, vectors, terms)
         report.notes += self.dense.notes
         self.manifest.chunker = self.chunker.settings()
         report.content_version = self.manifest.content_version
@@ -335,56 +322,98 @@ class HybridIndex:
             self.save(progress=progress)
         return report
 
-    def _replace(self, chunks: list[Chunk], vectors: np.ndarray, tokens: list[list[str]]) -> None:
-        """Swap in a new row set (a new revision): dense, sparse, store, manifest counts and version."""
-        self.dense.rebuild(vectors)
-        self.sparse.rebuild(tokens)
-        self.store = ChunkStore(chunks)
-        self._ids = self.store.ids
-        self._filter_memo = {}
+    def _terms_of(self, row: int) -> list[str]:
+        if self._terms_flat is None:
+            self._terms_flat = [t for s in self.segments for t in s.terms()]
+        return self._terms_flat[row]
+
+    def _apply(self, remove: set[str], add: list[Chunk], vectors: np.ndarray, terms: list[list[str]]) -> None:
+        """A new revision: rows of ``remove`` die, ``add`` is appended as a new segment."""
+        self._dead |= {self._row_of[i] for i in remove}
+        self._terms_flat = None
+        if add:
+            seg = Segment(f"seg-{seg_files.new_tag(self.manifest.revision + 1)}", list(add), vectors, None, terms)
+            self.segments.append(seg)
+            self._rows.extend(add)
+            self.dense.add(vectors)
+        if len(self._dead) > COMPACT_DEAD_FRACTION * max(len(self._rows), 1) or len(self.segments) > COMPACT_SEGMENTS:
+            self._compact()
+        self.dense.set_dead(np.fromiter(self._dead, np.int64))
+        self._index_rows()
+        self._rebuild_sparse()
+        self._dirty = True
         m = self.manifest
         m.revision += 1
-        m.n_chunks, m.n_documents = len(chunks), len(self.store.doc_ids())
+        m.n_chunks, m.n_documents = len(self._ids), len(self.store.doc_ids())
         m.content_version = content_version(self._ids, m.revision)
         m.faiss_kind, m.updated_at, m.notes = self.dense.kind, time.time(), list(self.dense.notes)
         m.analyzer = {**self.sparse.analyzer.settings(), "k1": self.sparse.config.k1, "b": self.sparse.config.b}
 
-    # -- persistence ----------------------------------------------------------------------------
-    def _write_files(self, folder: Path) -> None:
-        self.store.save(folder / "chunks.jsonl")
-        self.dense.save(folder)
-        self.sparse.save(folder)
-        (folder / "sources.json").write_text(json.dumps(self.sources), encoding="utf-8")
-        self.manifest.save(folder)  # last: a folder without a manifest is never loaded
+    def _compact(self) -> None:
+        """Rewrite the live rows as one segment; FAISS is rebuilt over them."""
+        live = [r for r in range(len(self._rows)) if r not in self._dead]
+        chunks = [self._rows[r] for r in live]
+        vectors = np.ascontiguousarray(self.dense.vectors[live], np.float32)
+        terms = [self._terms_of(r) for r in live]
+        self.segments = [Segment(f"seg-{seg_files.new_tag(self.manifest.revision + 1)}", chunks, vectors, None, terms)]
+        self._rows, self._dead, self._terms_flat = chunks, set(), terms
+        self.dense.rebuild(vectors)
 
+    def _rebuild_sparse(self, reanalyze: bool = False) -> None:
+        live = self._live.tolist()
+        tokens = ([self.sparse.analyzer(self._rows[r].text) for r in live] if reanalyze
+                  else [self._terms_of(r) for r in live])
+        self.sparse.rebuild(tokens, self._live)
+        self._sparse_saved = False
+
+    # -- persistence ----------------------------------------------------------------------------
     def save(self, *, progress: ProgressFn | None = None) -> None:
-        """Write the index atomically (temp folder beside it, then rename swap)."""
-        target = self.folder
-        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-        old = target.parent / f".{target.name}.old"
+        """Commit: write the new segments and derived files, then replace the manifest."""
+        folder = self.folder
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            recover_swap(target)
-            clean_leftovers(target)  # the writer holds the lock: any other temp folder is a crash's leftover
-            tmp.mkdir()
+            folder.mkdir(parents=True, exist_ok=True)
+            clean_leftovers(folder)  # a format-1 save's temp folders (the writer holds the lock)
         except OSError as err:
-            raise IngestError(f"cannot write index {self.name!r} under {target.parent}: "
+            raise IngestError(f"cannot write index {self.name!r} under {folder.parent}: "
                               f"{type(err).__name__}: {err.strerror or err}",
                               fix="point index.dir at a folder this process can create and write "
                                   "(check that it exists, is a folder and its permissions)") from None
+        previous = seg_files.read_manifest_files(folder)
+        tag = seg_files.new_tag(self.manifest.revision)
+        files: dict[str, object] = {"segments": [s.name for s in self.segments], "dead": None,
+                                    "bm25": f"bm25-{tag}", "dense": None, "sources": f"sources-{tag}.json"}
+        written: list[str] = []
         try:
-            self._write_files(tmp)
-            fsync_dir(tmp)
-            if target.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(target, old)
-            os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            recover_swap(target)
+            for s in self.segments:
+                if s.folder is None:
+                    written += s.files()
+                    s.write(folder)
+            if self._dead:
+                files["dead"] = f"dead-{tag}.npy"
+                written.append(str(files["dead"]))
+                seg_files.write_npy(folder / str(files["dead"]), np.fromiter(sorted(self._dead), np.int64))
+            written.append(str(files["bm25"]))
+            self.sparse.save(folder / str(files["bm25"]))
+            if self.dense.save_structure(folder / f"dense-{tag}.faiss"):
+                files["dense"] = f"dense-{tag}.faiss"
+                written.append(str(files["dense"]))
+            written.append(str(files["sources"]))
+            seg_files.write_json(folder / str(files["sources"]), self.sources)
+            seg_files.fsync_dir(folder)
+            self.manifest.files, self.manifest.format_version = files, FORMAT_VERSION
+            seg_files.commit(folder, self.manifest.to_dict())
+        except BaseException as err:
+            seg_files.remove(folder, [w for w in written if w not in previous])
+            for s in self.segments:
+                if s.name in {w.split(".")[0] for w in written}:
+                    s.folder = None
+            if isinstance(err, OSError):
+                raise IngestError(f"cannot write index {self.name!r} at {folder}: {type(err).__name__}: "
+                                  f"{err.strerror or err}; the previous version is still served",
+                                  fix="free disk space or fix permissions, then ingest again") from None
             raise
-        shutil.rmtree(old, ignore_errors=True)
-        self._dirty = False
+        seg_files.collect_garbage(folder, seg_files.manifest_files(files) | previous)
+        self._dirty, self._sparse_saved = False, True
         if progress:
             progress("save", 1, 1)
 

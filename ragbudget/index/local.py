@@ -14,17 +14,36 @@ import os
 import re
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from ..config import Config
 from ..errors import IndexError_
-from .hybrid import HybridIndex, list_indexes
+from .hybrid import HybridIndex
+from .names import list_indexes
+from .reader import SegmentCache
 from .lock import index_write_lock
 from .manifest import MANIFEST_FILE
 
 if TYPE_CHECKING:
     from ..embed import Embedder
+
+SEGMENT_CACHE = 256  # segments kept for reuse across versions (they are shared, not copied)
+
+
+class _BoundedCache(OrderedDict):  # type: ignore[type-arg]
+    """Insertion-ordered mapping that forgets its oldest entries past ``size``."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def __setitem__(self, key: object, value: object) -> None:
+        super().__setitem__(key, value)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
@@ -80,6 +99,8 @@ class LocalBackend:
         self.dir = Path(config.index.dir)
         self._seen: dict[str, tuple[tuple[int, int, int], str]] = {}
         self._lock = threading.Lock()
+        # Segments are immutable: a new version of an index reads only the segments it added.
+        self._segments: SegmentCache = _BoundedCache(SEGMENT_CACHE)
 
     def list(self) -> list[str]:
         return list_indexes(self.dir)
@@ -90,7 +111,7 @@ class LocalBackend:
     def open(self, name: str, embedder: "Embedder", *, create: bool = False, rebuild: bool = False) -> HybridIndex:
         if create:
             return HybridIndex.open_or_create(name, self.config, embedder, rebuild=rebuild)
-        return HybridIndex.load(name, self.config, model_id=embedder.model_id)
+        return HybridIndex.load(name, self.config, model_id=embedder.model_id, cache=self._segments)
 
     def committed_version(self, name: str) -> str | None:
         path = HybridIndex.path_for(name, self.config) / MANIFEST_FILE

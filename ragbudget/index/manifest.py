@@ -11,7 +11,8 @@ from typing import Any, Iterable
 
 from ..errors import IndexError_, IndexMismatchError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: segments (ragbudget/index/segments.py); 1: one set of files, still read
+READABLE_FORMATS = (1, 2)
 MANIFEST_FILE = "manifest.json"
 
 
@@ -43,9 +44,13 @@ class Manifest:
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     notes: list[str] = field(default_factory=list)
+    files: dict[str, Any] = field(default_factory=dict)  # format 2: the files of this version
 
     def save(self, folder: Path) -> None:
-        (folder / MANIFEST_FILE).write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
+        (folder / MANIFEST_FILE).write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
     def load(cls, folder: Path) -> "Manifest":
@@ -55,7 +60,7 @@ class Manifest:
         except (OSError, json.JSONDecodeError) as err:
             raise IndexError_(f"index manifest unreadable: {path} ({err})",
                               fix="re-ingest with --rebuild to recreate the index") from None
-        if data.get("format_version") != FORMAT_VERSION:
+        if data.get("format_version") not in READABLE_FORMATS:
             raise IndexMismatchError(
                 f"index {folder.name!r} has format version {data.get('format_version')}, this ragbudget reads "
                 f"version {FORMAT_VERSION}", fix="re-ingest with --rebuild")

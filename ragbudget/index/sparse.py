@@ -1,27 +1,35 @@
-"""BM25 (rank-bm25 Okapi) over an analyzer: lowercase alphanumeric tokens, English stop words,
-Snowball English stemming (each configurable in :class:`~ragbudget.config.BM25Config`).
+"""BM25 over an analyzer (lowercase alphanumeric tokens, English stop words, Snowball English stemming; each
+configurable in :class:`~ragbudget.config.BM25Config`), on bm25s' sparse score matrix.
 
-Persisted as the analyzed token lists (plain JSON); BM25Okapi is rebuilt on load.
+Scoring is Okapi BM25 as rank-bm25's ``BM25Okapi`` computes it (the reference a test compares top-k with on
+the shared collections): ``idf = log((N - df + .5) / (df + .5))`` and ``tf·(k1+1) / (tf + k1·(1 - b + b·dl/avgdl))``.
+The precomputed per-(term, document) scores live in one CSC matrix, so a query costs the postings of its
+terms, not a scan of every document. Saved with bm25s and memory-mapped on load: a serving process reads
+no token lists and rebuilds nothing.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+import bm25s
 import llama_index.core
 import numpy as np
-from rank_bm25 import BM25Okapi
 
 from ..config import BM25Config
 from ..stemming import stem_words
 
+log = logging.getLogger(__name__)
+
 _TOKEN = re.compile(r"[a-z0-9]+")
 _STOPWORDS_FILE = (Path(llama_index.core.__file__).resolve().parent / "_static" / "nltk_cache" / "corpora"
                    / "stopwords" / "english")
+EPSILON = 0.25  # rank-bm25's floor for negative idf, as a fraction of the mean idf
 
 
 @lru_cache(maxsize=1)
@@ -56,53 +64,125 @@ class Analyzer:
         return self._memo(text) if len(text) <= 4096 else self._terms(text)
 
 
-class SparseIndex:
-    """BM25 over rows of analyzed tokens; ``search`` returns (row, score) for rows with score > 0."""
+def okapi_idf(df: np.ndarray, n_docs: int) -> np.ndarray:
+    """rank-bm25 ``BM25Okapi`` idf per term: negative values (terms in more than half the documents)
+    become ``EPSILON`` × the mean idf."""
+    idf = np.log(n_docs - df + 0.5) - np.log(df + 0.5)
+    if len(idf):
+        idf = np.where(idf < 0, EPSILON * float(idf.mean()), idf)
+    return idf
 
-    def __init__(self, config: BM25Config, tokens: Sequence[list[str]] = ()) -> None:
+
+class SparseIndex:
+    """BM25 over rows of analyzed tokens; ``search`` returns (row, score) for rows with score > 0.
+
+    ``rows`` maps the index's own rows to the caller's row numbers (the hybrid index's global rows, which
+    keep deleted rows out of BM25 without renumbering): row ``i`` here is ``rows[i]`` there."""
+
+    def __init__(self, config: BM25Config, tokens: Sequence[Sequence[str]] = (),
+                 rows: np.ndarray | None = None) -> None:
         self.config = config
         self.analyzer = Analyzer(config)
-        self.tokens: list[list[str]] = [list(t) for t in tokens]
-        self._bm25: BM25Okapi | None = None
-        self.rebuild()
+        self._bm25: bm25s.BM25 | None = None
+        self._idf: np.ndarray = np.zeros(0)
+        self._n = 0
+        self.rows = np.zeros(0, np.int64)
+        self._inverse: np.ndarray | None = None
+        self.rebuild(tokens, rows)
 
     def __len__(self) -> int:
-        return len(self.tokens)
+        return self._n
 
     def analyze_many(self, texts: Sequence[str]) -> list[list[str]]:
         return [self.analyzer(t) for t in texts]
 
-    def rebuild(self, tokens: Sequence[list[str]] | None = None) -> None:
-        if tokens is not None:
-            self.tokens = [list(t) for t in tokens]
-        # BM25Okapi divides by the corpus size; an empty corpus (or all-empty docs) has nothing to score.
-        has_terms = any(self.tokens)
-        self._bm25 = BM25Okapi(self.tokens, k1=self.config.k1, b=self.config.b) if has_terms else None
+    def rebuild(self, tokens: Sequence[Sequence[str]], rows: np.ndarray | None = None) -> None:
+        """Index ``tokens`` (one list of terms per row) from scratch."""
+        self._n = len(tokens)
+        self.rows = (np.arange(self._n, dtype=np.int64) if rows is None
+                     else np.ascontiguousarray(rows, dtype=np.int64))
+        self._inverse = None
+        if not any(len(t) for t in tokens):  # nothing to score (BM25 divides by the corpus size)
+            self._bm25, self._idf = None, np.zeros(0)
+            return
+        bm = bm25s.BM25(k1=self.config.k1, b=self.config.b, method="robertson", idf_method="lucene")
+        vocab: dict[str, int] = {}
+        ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
+        bm.index((ids, vocab), show_progress=False)
+        # bm25s stores idf_lucene · tf / (tf + k1·norm) per (term, doc); rescale each term's column to
+        # rank-bm25's score: okapi idf · tf·(k1+1) / (tf + k1·norm). Lucene idf is never 0, so no
+        # column loses its term-frequency part (Robertson's clamped idf would).
+        indptr = np.asarray(bm.scores["indptr"])
+        df = np.diff(indptr).astype(np.float64)
+        n = int(bm.scores["num_docs"])
+        lucene = np.log1p((n - df + 0.5) / (df + 0.5))
+        factor = (self.config.k1 + 1.0) * okapi_idf(df, n) / lucene
+        data = np.asarray(bm.scores["data"], np.float64) * np.repeat(factor, np.diff(indptr))
+        bm.scores["data"] = data.astype(bm.scores["data"].dtype)
+        self._set(bm)
+
+    def _set(self, bm: bm25s.BM25) -> None:
+        df = np.diff(np.asarray(bm.scores["indptr"])).astype(np.float64)
+        self._bm25, self._idf = bm, okapi_idf(df, int(bm.scores["num_docs"]))
+
+    def _local_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Caller rows → this index's rows (rows not here dropped)."""
+        if self._inverse is None:
+            inv = np.full(int(self.rows.max(initial=-1)) + 1, -1, np.int64)
+            inv[self.rows] = np.arange(len(self.rows))
+            self._inverse = inv
+        rows = rows[rows < len(self._inverse)]
+        local = self._inverse[rows]
+        return local[local >= 0]
 
     def search(self, query: str, k: int, rows: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Top ``k`` rows (only among ``rows`` when given); empty when the query has no index terms
         (only stop words or punctuation)."""
-        q = self.analyzer(query)
-        if self._bm25 is None or not q or k <= 0:
+        bm = self._bm25
+        if bm is None or k <= 0:
             return []
-        scores = self._bm25.get_scores(q)
+        ids = bm.get_tokens_ids(self.analyzer(query))
+        if not ids:
+            return []
+        scores = bm.get_scores_from_ids(ids).astype(np.float64, copy=False)
         if rows is not None:
+            local = self._local_rows(np.asarray(rows, np.int64))
             masked = np.zeros_like(scores)
-            masked[rows] = scores[rows]
+            masked[local] = scores[local]
             scores = masked
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top], kind="stable")]
-        return [(int(r), float(scores[r])) for r in top if scores[r] > 0]
+        return [(int(self.rows[r]), float(scores[r])) for r in top if scores[r] > 0]
 
     def idf(self, terms: Sequence[str]) -> dict[str, float]:
         """Inverse document frequency of analysed ``terms`` (0 for terms the index never saw)."""
-        table = self._bm25.idf if self._bm25 is not None else {}
-        return {t: max(float(table.get(t, 0.0)), 0.0) for t in terms}
+        if self._bm25 is None:
+            return {t: 0.0 for t in terms}
+        vocab = self._bm25.vocab_dict
+        return {t: max(float(self._idf[vocab[t]]), 0.0) if t in vocab else 0.0 for t in terms}
 
+    # -- persistence ----------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
-        (folder / "bm25_tokens.json").write_text(json.dumps(self.tokens), encoding="utf-8")
+        """Write the score matrix (bm25s format) and the row map into ``folder`` (created)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        np.save(folder / "rows.npy", self.rows)
+        if self._bm25 is not None:
+            self._bm25.save(str(folder))
+        else:
+            (folder / "empty.json").write_text(json.dumps({"rows": self._n}), encoding="utf-8")
 
     @classmethod
     def load(cls, folder: Path, config: BM25Config) -> "SparseIndex":
-        return cls(config, json.loads((folder / "bm25_tokens.json").read_text(encoding="utf-8")))
+        """Open a saved index, memory-mapping the score matrix."""
+        self = cls(config)
+        self.rows = np.load(folder / "rows.npy")
+        self._n = len(self.rows)
+        if (folder / "empty.json").is_file():
+            return self
+        bm = bm25s.BM25.load(str(folder), mmap=True)
+        if int(bm.scores["num_docs"]) != self._n:
+            raise ValueError(f"BM25 matrix has {bm.scores['num_docs']} rows, row map {self._n}")
+        self._set(bm)
+        return self
+
