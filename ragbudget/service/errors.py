@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 STATUS_BY_ERROR: tuple[tuple[type[E.RagBudgetError], int], ...] = (
     (E.AdmissionError, 429),
     (UnknownModelError, 404),  # OpenAI answers an unknown model with 404 model_not_found
+    (E.IndexUnavailableError, 503),  # the index's database is down: come back later (Retry-After)
     (E.IndexNotFoundError, 404),
     (E.IndexMismatchError, 409),
     (E.IndexBusyError, 409),
@@ -79,8 +80,8 @@ def rag_error_payload(err: E.RagBudgetError) -> tuple[int, dict[str, Any], dict[
     """Status, body and headers for a library error (also used for SSE ``error`` events)."""
     status = status_for(err)
     headers: dict[str, str] = {}
-    if isinstance(err, E.AdmissionError):
-        headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    if isinstance(err, (E.AdmissionError, E.IndexUnavailableError)):
+        headers["Retry-After"] = str(max(1, math.ceil(getattr(err, "retry_after_s", RETRY_AFTER_UNAVAILABLE_S))))
     elif status in (503, 504):  # a backend is down or slow: every 503 says when to come back
         headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE_S)
     return status, error_body(type(err).__name__, split_message(err), err.fix, getattr(err, "param", None)), headers
