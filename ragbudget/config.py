@@ -441,6 +441,15 @@ class AdmissionConfig(_Section):
         return self
 
 
+class CaptureConfig(_Section):
+    """Opt-in traffic capture: one JSONL line per served request, replayable with ``ragbudget bench replay``
+    (see :mod:`ragbudget.eval.capture`). ``redact``: the question as asked (none), its sha256 (hash; repeats
+    stay repeats), or nothing of it (drop)."""
+
+    path: str | None = None
+    redact: Literal["none", "hash", "drop"] = "none"
+
+
 class ServiceConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -460,6 +469,7 @@ class ServiceConfig(_Section):
     tenants: list[TenantConfig] = [TenantConfig(name="default", indexes=["*"])]
     limits: LimitsConfig = LimitsConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    capture: CaptureConfig = CaptureConfig()
 
 
 class Config(_Section):

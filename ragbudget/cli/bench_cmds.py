@@ -31,7 +31,8 @@ def add_parser(sub: Any) -> None:
     p = bs.add_parser("replay", help="replay a traffic file against the library or a running API")
     p.add_argument("traffic", help="traffic JSONL (see ragbudget/eval/traffic.py)")
     p.add_argument("--url", default=None, help="base URL of a running `ragbudget serve` (default: in process)")
-    p.add_argument("--index", default=None, help="index to query (library mode)")
+    p.add_argument("--index", default=None,
+                   help="index to query (in process or --url); default: each line's index, else the default")
     p.add_argument("--rate", type=float, default=None, help="arrivals/s for lines without 't'")
     p.add_argument("--speed", type=float, default=1.0, help="time compression of arrivals (2 = twice as fast)")
     p.add_argument("--max-requests", type=int, default=1000)
@@ -111,7 +112,7 @@ def _replay(args: argparse.Namespace) -> int:
 
     async def go() -> ReplayReport:
         if args.url:
-            target = HttpTarget(args.url, api_keys=keys)
+            target = HttpTarget(args.url, api_keys=keys, index=args.index)
             try:
                 return await replay(records, target, **kw)  # type: ignore[arg-type]
             finally:

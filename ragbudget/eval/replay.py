@@ -103,7 +103,8 @@ class Target(Protocol):
 
 
 class LibraryTarget:
-    """Requests go through ``rag.astream`` in this process."""
+    """Requests go through ``rag.astream`` in this process, to ``index`` (else the record's own index,
+    else the RAG's default)."""
 
     def __init__(self, rag: RAG, name: str = "library", index: str | None = None) -> None:
         self.rag, self.name, self.index = rag, name, index
@@ -114,7 +115,7 @@ class LibraryTarget:
         last = None
         try:
             async for ev in self.rag.astream(rec.question, history=history, tenant=rec.tenant,
-                                             max_tokens=rec.max_tokens, index=self.index):
+                                             max_tokens=rec.max_tokens, index=self.index or rec.index):
                 now = time.perf_counter()
                 if isinstance(ev, TokenEvent):
                     if res.ttft_ms is None:
@@ -135,11 +136,13 @@ class LibraryTarget:
 
 
 class HttpTarget:
-    """Requests go to ``POST {url}/v1/query`` with ``stream: true`` (SSE)."""
+    """Requests go to ``POST {url}/v1/query`` with ``stream: true`` (SSE), to ``index`` (else the
+    record's own index, else the server's default)."""
 
     def __init__(self, url: str, *, api_keys: Mapping[str, str] | None = None, timeout_s: float = 120.0,
-                 max_connections: int = 64, name: str | None = None) -> None:
+                 max_connections: int = 64, name: str | None = None, index: str | None = None) -> None:
         self.url = url.rstrip("/")
+        self.index = index
         self.name = name or self.url
         self.api_keys = dict(api_keys or {})
         self.client = httpx.AsyncClient(base_url=self.url, timeout=timeout_s,
@@ -154,6 +157,8 @@ class HttpTarget:
                                 "history": [{"role": m.role, "content": m.content} for m in history]}
         if rec.max_tokens:
             body["max_tokens"] = rec.max_tokens
+        if self.index or rec.index:
+            body["index"] = self.index or rec.index
         headers = {"Authorization": f"Bearer {self.api_keys[rec.tenant]}"} if rec.tenant in self.api_keys else {}
         t0 = time.perf_counter()
         last = None
@@ -319,27 +324,41 @@ def rich_table(summary: Mapping[str, Any], title: str = "replay") -> Any:
 
 
 def plot(results: Sequence[RequestResult], path: str | Path, title: str = "replay") -> Path:
-    """PNG: end-to-end latency and TTFT over arrival time (cache hits marked), and the latency CDF."""
+    """PNG: end-to-end latency and TTFT over arrival time (cache hits marked), and the latency CDF.
+
+    Log axes only hold positive values: a request without a TTFT is left out of the TTFT series, and a
+    replay with no answered request still writes a figure (saying so) rather than failing."""
     ok = [r for r in results if r.ok]
     fig = Figure(figsize=(11, 4))  # no pyplot: no global backend state, renders with Agg
     a, b = fig.subplots(1, 2)
+    e2e = [r.e2e_ms for r in ok if r.e2e_ms > 0]
+    ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None and r.ttft_ms > 0]
     for hit, colour, label in ((False, "tab:blue", "miss"), (True, "tab:green", "cache hit")):
-        pts = [r for r in ok if bool(r.cache_layer) == hit]
-        a.scatter([r.arrival_s for r in pts], [r.e2e_ms for r in pts], s=8, c=colour, label=f"e2e ({label})")
-    a.scatter([r.arrival_s for r in ok], [r.ttft_ms or 0 for r in ok], s=4, c="tab:orange", label="TTFT")
+        pts = [r for r in ok if bool(r.cache_layer) == hit and r.e2e_ms > 0]
+        if pts:
+            a.scatter([r.arrival_s for r in pts], [r.e2e_ms for r in pts], s=8, c=colour, label=f"e2e ({label})")
+    timed = [r for r in ok if r.ttft_ms is not None and r.ttft_ms > 0]
+    if timed:
+        a.scatter([r.arrival_s for r in timed], [r.ttft_ms for r in timed], s=4, c="tab:orange", label="TTFT")
     a.set_xlabel("arrival (s)")
     a.set_ylabel("ms")
-    a.set_yscale("log")
-    a.legend(fontsize=7)
     a.set_title(title)
-    for vals, label in (([r.e2e_ms for r in ok], "end-to-end"), ([r.ttft_ms or 0 for r in ok], "TTFT")):
+    for vals, label in ((e2e, "end-to-end"), (ttft, "TTFT")):
         v = sorted(vals)
         if v:
             b.plot(v, [(i + 1) / len(v) for i in range(len(v))], label=label)
-    b.set_xscale("log")
+    if e2e or ttft:
+        a.set_yscale("log")
+        b.set_xscale("log")
+        a.legend(fontsize=7)
+        b.legend(fontsize=7)
+    else:
+        errors = len(results) - len(ok)
+        for ax in (a, b):
+            ax.text(0.5, 0.5, f"no answered requests ({errors} errors)", ha="center", va="center",
+                    transform=ax.transAxes)
     b.set_xlabel("ms")
     b.set_ylabel("share of requests")
-    b.legend(fontsize=7)
     b.grid(alpha=0.3)
     fig.tight_layout()
     out = Path(path)

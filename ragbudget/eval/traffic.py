@@ -8,7 +8,13 @@ One request per line::
 ``t`` is the arrival time in seconds from the start. Lines without ``t`` get arrivals from a rate (a
 ``{"rate": 5}`` line anywhere in the file, or the ``rate`` argument): evenly spaced at ``1/rate``.
 ``history_len`` = number of earlier chat turns sent with the question (synthesised from earlier
-questions of the same tenant). ``kind`` (fresh / repeat / paraphrase) is informational.
+questions of the same tenant). ``kind`` (fresh / repeat / paraphrase) is informational. ``index``, when
+present, is the index the request is sent to (``bench replay --index`` overrides it).
+
+Captured traffic (``service.capture``, :mod:`ragbudget.eval.capture`) is this format plus informational
+fields the reader accepts and ignores (:data:`CAPTURE_FIELDS`: ``ts``, ``mode``, ``tokens``, ``cache_layer``,
+``route``, ``ttft_ms``, …). When every line has ``ts`` (Unix seconds), arrivals are ``ts`` minus the first
+``ts``, so files appended by several workers or server runs replay in the order they were served.
 
 The generator draws questions from a dataset (an answers or BEIR folder, a questions JSONL or a text
 file with one question per line), repeats earlier questions at ``repeat`` rate, sends paraphrases of
@@ -21,7 +27,7 @@ from __future__ import annotations
 import csv
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -52,9 +58,16 @@ class TrafficRecord:
     history_len: int = 0
     max_tokens: int | None = None
     kind: str = "fresh"
+    index: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+FIELDS = ("id", "t", "question", "tenant", "priority", "history_len", "max_tokens", "kind", "index")
+# written by the traffic capture (ragbudget.eval.capture); read, never required, and not replayed
+CAPTURE_FIELDS = ("ts", "mode", "endpoint", "stream", "redact", "question_sha256", "question_tokens", "tokens",
+                  "usage", "cache_layer", "route", "ttft_ms", "e2e_ms", "queue_wait_ms", "degrade_level", "status")
 
 
 def _err(src: str, n: int, msg: str) -> IngestError:
@@ -69,7 +82,7 @@ def parse_record(d: Any, n: int, src: str = "traffic") -> TrafficRecord | None:
         raise _err(src, n, f"expected a JSON object, got {type(d).__name__}")
     if set(d) == {"rate"}:
         return None
-    unknown = set(d) - {"id", "t", "question", "tenant", "priority", "history_len", "max_tokens", "kind"}
+    unknown = set(d) - set(FIELDS) - set(CAPTURE_FIELDS)
     if unknown:
         raise _err(src, n, f"unknown field(s) {sorted(unknown)}")
     q = d.get("question")
@@ -93,12 +106,19 @@ def parse_record(d: Any, n: int, src: str = "traffic") -> TrafficRecord | None:
     tenant = d.get("tenant", "default")
     if not isinstance(tenant, str) or not tenant:
         raise _err(src, n, f"'tenant' must be a non-empty string, got {tenant!r}")
+    index = d.get("index")
+    if index is not None and (not isinstance(index, str) or not index):
+        raise _err(src, n, f"'index' must be a non-empty string, got {index!r}")
+    ts = d.get("ts")
+    if ts is not None and (not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts < 0):
+        raise _err(src, n, f"'ts' must be Unix seconds ≥ 0, got {ts!r}")
     return TrafficRecord(id=str(d.get("id", f"r{n}")), t=float(t), question=q, tenant=tenant, priority=prio,
-                         history_len=hl, max_tokens=mt, kind=kind)
+                         history_len=hl, max_tokens=mt, kind=kind, index=index)
 
 
 def parse_lines(lines: Iterable[str], src: str = "traffic", rate: float | None = None) -> list[TrafficRecord]:
     recs: list[TrafficRecord] = []
+    stamps: list[float | None] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -114,8 +134,12 @@ def parse_lines(lines: Iterable[str], src: str = "traffic", rate: float | None =
             rate = rate or float(r)
             continue
         recs.append(rec)
+        stamps.append(d.get("ts"))
     if not recs:
         raise IngestError(f"{src}: no requests in the traffic file", fix="generate one: ragbudget bench traffic")
+    if all(ts is not None for ts in stamps):  # captured traffic: arrivals from the wall clock
+        t0 = min(stamps)  # type: ignore[type-var]
+        recs = [replace(r, t=round(float(ts) - t0, 6)) for r, ts in zip(recs, stamps)]  # type: ignore[operator]
     if any(r.t < 0 for r in recs):
         if not rate:
             raise IngestError(f"{src}: some lines have no 't' and no rate is given",
@@ -248,5 +272,6 @@ def history_for(records: Sequence[TrafficRecord], i: int) -> list[Message]:
     return msgs
 
 
-__all__ = ["TrafficRecord", "load_traffic", "save_traffic", "parse_lines", "load_questions", "load_pairs",
+__all__ = ["TrafficRecord", "FIELDS", "CAPTURE_FIELDS",
+           "load_traffic", "save_traffic", "parse_lines", "load_questions", "load_pairs",
            "paraphrase", "generate", "history_for", "TEMPLATES"]

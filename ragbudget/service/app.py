@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from ..config import Config, load_config
 from ..errors import RagBudgetError
+from ..eval.capture import open_capture
 from ..pipeline import RAG
 from . import batches, heap, ingest, openai_compat, ops, query
 from .errors import error_body, install_error_handlers
@@ -109,6 +110,7 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
             if freeze_heap:
                 await asyncio.to_thread(heap.freeze)
                 state.heap_frozen = True
+            state.capture = open_capture(config.service.capture.path, config.service.capture.redact)
             state.ready = True
             resumed = batches.resume_pending(state)
             if resumed:
@@ -121,6 +123,8 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
             if job.task is not None and not job.task.done():
                 job.task.cancel()
         await asyncio.gather(*(j.task for j in state.jobs.values() if j.task), return_exceptions=True)
+        if state.capture is not None:  # every captured line is on disk before the app is gone
+            await asyncio.to_thread(state.capture.close)
 
     app = FastAPI(title="ragbudget", version="0.1.0", lifespan=lifespan,
                   description="RAG under explicit token budgets: query, OpenAI-compatible chat, ingest, batches.")

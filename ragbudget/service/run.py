@@ -102,6 +102,18 @@ def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int,
 
 
 
+def _capture(state: ServiceState, pq: PreparedQuery, answer: Answer, *, arrival: float, t0: float,
+             ttft_ms: float | None, wait_ms: float, level: int, stream: bool) -> None:
+    """Queue the request's line in the traffic capture, if one is on (never blocks on the file)."""
+    if state.capture is not None:
+        state.capture.record(answer, question=pq.question, arrival=arrival, tenant=pq.tenant, index=pq.index, mode=pq.mode,
+                             priority=pq.priority, history_len=sum(m.role == "user" for m in pq.history),
+                             max_tokens=pq.max_tokens, stream=stream,
+                             question_tokens=state.tokenizer.count(pq.question), ttft_ms=ttft_ms,
+                             e2e_ms=(time.perf_counter() - t0) * 1000, queue_wait_ms=wait_ms,
+                             degrade_level=max(level, answer.ledger.degrade_level))
+
+
 def _admission_rejected(state: ServiceState, pq: PreparedQuery, err: AdmissionError) -> None:
     msg = str(err)
     decision = "shed" if "shed" in msg else "rejected_queue" if "queue" in msg else "rejected_rate"
@@ -141,12 +153,14 @@ def precheck(state: ServiceState, pq: PreparedQuery) -> None:
 async def answer_once(state: ServiceState, pq: PreparedQuery) -> tuple[Answer, dict[str, Any]]:
     """Admit, answer (non-streaming), record metrics."""
     rag = require_rag(state)
-    t0 = time.perf_counter()
+    arrival, t0 = time.time(), time.perf_counter()
     async with admitted(state, pq) as (level, wait_ms):
         answer = await rag.aquery(pq.question, **pq.kwargs(level))
     state.admission.settle(pq.tenant, charged=pq.est_tokens, actual=pq.actual_tokens(answer))
     # the ladder sees what the client saw (queue wait included); the pipeline records the answer in Metrics
     state.admission.record_ttft((time.perf_counter() - t0) * 1000)
+    _capture(state, pq, answer, arrival=arrival, t0=t0, ttft_ms=(time.perf_counter() - t0) * 1000,
+             wait_ms=wait_ms, level=level, stream=False)
     return answer, _extras(answer, pq, wait_ms, level)
 
 
@@ -156,7 +170,7 @@ async def answer_stream_chunks(state: ServiceState, pq: PreparedQuery
     :meth:`RAG.astream_chunks`): a route writes each list as one chunk. Closing this generator (client
     gone) closes the pipeline's stream, which cancels generation, and gives the admission slot back."""
     rag = require_rag(state)
-    t0 = time.perf_counter()
+    arrival, t0 = time.time(), time.perf_counter()
     ttft_ms = None
     async with admitted(state, pq) as (level, wait_ms):
         yield [(ProgressEvent("admitted", f"degrade level {level}, queued {wait_ms:.0f} ms"), {})]
@@ -171,6 +185,8 @@ async def answer_stream_chunks(state: ServiceState, pq: PreparedQuery
                     if isinstance(ev, FinalEvent):
                         extras = _extras(ev.answer, pq, wait_ms, level, ttft_ms)
                         state.admission.settle(pq.tenant, charged=pq.est_tokens, actual=pq.actual_tokens(ev.answer))
+                        _capture(state, pq, ev.answer, arrival=arrival, t0=t0, ttft_ms=ttft_ms, wait_ms=wait_ms,
+                                 level=level, stream=True)
                     out.append((ev, extras))
                 yield out
 

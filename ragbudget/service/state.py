@@ -10,6 +10,7 @@ from typing import Any, Callable
 from ..admission import AdmissionController
 from ..config import Config, TenantConfig
 from ..errors import ConfigError
+from ..eval.capture import TrafficCapture
 from ..metrics import Metrics
 from ..pipeline import RAG
 from ..tokens import Tokenizer
@@ -58,6 +59,7 @@ class ServiceState:
     jobs: dict[str, Job] = field(default_factory=dict)
     in_flight: int = 0
     heap_frozen: bool = False  # gc.freeze ran at start-up (``ragbudget serve``); ingest jobs refreeze
+    capture: TrafficCapture | None = None  # service.capture: opened at start-up, closed at shutdown
 
     @property
     def tenants(self) -> dict[str, TenantConfig]:
