@@ -182,6 +182,16 @@ class RAG:
     def modes(self) -> list[str]:
         return sorted(self.config.prompt.modes)
 
+    def as_retriever(self, **opts: Any) -> Any:
+        """A LlamaIndex retriever over :meth:`search` (:mod:`ragbudget.adapters.llamaindex`)."""
+        from .adapters.llamaindex import as_retriever
+        return as_retriever(self, **opts)
+
+    def as_query_engine(self, **opts: Any) -> Any:
+        """A LlamaIndex query engine answering through :meth:`query` (:mod:`ragbudget.adapters.llamaindex`)."""
+        from .adapters.llamaindex import as_query_engine
+        return as_query_engine(self, **opts)
+
     # ------------------------------------------------------------------ retrieval
     def search(self, question: str, *, k: int | None = None, index: str | None = None,
                mode: str | None = None, filters: Mapping[str, Any] | None = None) -> list[Scored]:
