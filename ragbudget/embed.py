@@ -6,6 +6,7 @@ Nothing is downloaded: a missing path is a :class:`~ragbudget.errors.ModelNotFou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -13,7 +14,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -28,6 +29,22 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
     def embed_query(self, text: str) -> np.ndarray: ...
+
+
+BULK_MIN_TEXTS = 8  # embed() calls with at least this many texts run at the bulk precision
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), read from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
 
 
 def bundled_model_path() -> Path:
@@ -143,12 +160,41 @@ class SentenceTransformerEmbedder:
         assert self._dim is not None
         return self._dim
 
+    @property
+    def bulk_dtype(self) -> str:
+        """The precision bulk embedding runs at here ("float32" or "bfloat16")."""
+        p = self.config.bulk_precision
+        if p == "auto":
+            p = "bfloat16" if self.config.device == "cpu" and native_bf16() else "float32"
+        return p
+
     def _encode(self, texts: list[str]) -> np.ndarray:
         self.warm_up()
-        vecs = self._model.encode(texts, batch_size=self.config.batch_size,  # type: ignore[union-attr]
-                                  normalize_embeddings=self.config.normalize, convert_to_numpy=True,
-                                  show_progress_bar=False)
+        bulk = len(texts) >= BULK_MIN_TEXTS and self.bulk_dtype == "bfloat16"
+        import torch
+
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bulk else contextlib.nullcontext()
+        with ctx:
+            vecs = self._model.encode(texts, batch_size=self.config.batch_size,  # type: ignore[union-attr]
+                                      normalize_embeddings=self.config.normalize, convert_to_numpy=True,
+                                      show_progress_bar=False)
         return np.asarray(vecs, dtype=np.float32)
+
+    @contextlib.contextmanager
+    def bulk(self, threads: int | None = None) -> Iterator[None]:
+        """Run the body's embedding with ``threads`` torch threads (0: all cores; None: unchanged), then
+        restore. torch's thread count is process-wide: use only where no query runs alongside."""
+        if threads is None:
+            yield
+            return
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads or os.cpu_count() or 1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors for ``texts``: from memory, then the persistent cache, then the model (batched)."""

@@ -10,6 +10,7 @@ version is served. ``ingest``/``delete`` write under the backend's writer lock a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, ContextManager, Iterable, Mapping
 
 from .config import Config
 from .embed import Embedder
@@ -54,6 +55,9 @@ class IndexRegistry:
         self._ingest_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ragbudget-sparse")
         self.swaps = 0  # versions swapped in from other processes' writes
+        # torch threads for ingest embedding (0: all cores); None keeps the serving setting (the service
+        # sets None: its queries share the process with ingest jobs).
+        self.bulk_threads: int | None = config.embedding.ingest_threads
 
     def _wrap(self, store: IndexStore) -> LoadedIndex:
         return LoadedIndex(store, HybridRetriever(store, self.config.retrieval, self.embedder, pool=self._pool))
@@ -101,7 +105,7 @@ class IndexRegistry:
                policy: PathPolicy | None = None) -> IngestReport:
         """Upsert a folder/file or records into index ``name``, commit it, then swap it in."""
         with self._ingest_lock, self.backend.write_lock(name, self.config.index.lock_timeout_s,
-                                                        on_wait=wait_notice(progress)):
+                                                        on_wait=wait_notice(progress)), self._bulk():
             idx = self.backend.open(name, self.embedder, create=True, rebuild=rebuild)
             local = getattr(idx, "store", None)
             before = set(local.ids) if local is not None else set()
@@ -126,6 +130,11 @@ class IndexRegistry:
             if removed:
                 self._swap(name, idx)
             return removed
+
+    def _bulk(self) -> ContextManager[None]:
+        inner = getattr(self.embedder, "inner", self.embedder)  # through a micro-batcher
+        bulk = getattr(inner, "bulk", None)
+        return bulk(self.bulk_threads) if bulk is not None else contextlib.nullcontext()
 
     def _warm_sentences(self, chunks: list[Chunk], progress: ProgressFn | None) -> None:
         """Embed the sentences of new chunks now (into the embedding cache), so that query-time

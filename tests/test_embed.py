@@ -60,3 +60,26 @@ def test_corrupt_cache_file_is_recreated(tmp_path):
     cache.put_many("m", {"k": np.ones(3, np.float32)})
     assert "k" in cache.get_many("m", ["k"])
     assert (tmp_path / "emb.corrupt").exists()
+
+
+def test_bulk_precision_keeps_vectors_and_bulk_threads_are_restored() -> None:
+    import torch
+
+    from ragbudget.config import EmbeddingConfig
+    from ragbudget.embed import BULK_MIN_TEXTS, SentenceTransformerEmbedder, native_bf16
+
+    texts = [f"Boundary layer transition on a swept wing at Mach {m / 10:.1f} with suction slot {m}." for m in
+             range(BULK_MIN_TEXTS * 2)]
+    f32 = SentenceTransformerEmbedder(EmbeddingConfig(cache=False, bulk_precision="float32"))
+    auto = SentenceTransformerEmbedder(EmbeddingConfig(cache=False, bulk_precision="auto"))
+    assert f32.bulk_dtype == "float32"
+    assert auto.bulk_dtype == ("bfloat16" if native_bf16() else "float32")
+    a, b = f32.embed(texts), auto.embed(texts)
+    assert a.dtype == b.dtype == np.float32 and float((a * b).sum(1).min()) > 0.999
+    assert np.allclose(auto.embed_query(texts[0]), f32.embed_query(texts[0]), atol=1e-5)  # queries: float32
+    before = torch.get_num_threads()
+    with auto.bulk(1):
+        assert torch.get_num_threads() == 1
+    with auto.bulk(None):
+        assert torch.get_num_threads() == before
+    assert torch.get_num_threads() == before
