@@ -36,6 +36,7 @@ from .manifest import FORMAT_VERSION, MANIFEST_FILE, Manifest, content_version
 from .names import check_name, default_embedder, ingest_tokenizer, list_indexes
 from .reader import SegmentCache, Version, read_version
 from .report import IngestReport
+from .upsert import plan_upsert
 from .segments import Segment
 from .sparse import Analyzer, SparseIndex
 from .store import ChunkStore
@@ -68,7 +69,6 @@ class HybridIndex:
         self._terms_flat: list[list[str]] | None = None
         self._index_rows()
         self._dirty = version.legacy or not (folder / MANIFEST_FILE).is_file()
-        self._sparse_saved = not self._dirty
         self.chunker = Chunker(config.chunking, ingest_tokenizer(config))
 
     def _index_rows(self) -> None:
@@ -256,43 +256,7 @@ class HybridIndex:
         unless their source is in ``protect_sources`` (files that failed to load this time)."""
         if embedder.model_id != self.manifest.embedding_model:
             self.manifest.check_model(embedder.model_id)
-        report = IngestReport(index=self.name)
-        if self.manifest.chunker != self.chunker.settings() and len(self):
-            report.notes.append(f"chunking settings changed ({self.manifest.chunker} → {self.chunker.settings()}): "
-                                "re-ingested documents are re-chunked and re-embedded; use --rebuild to redo all")
-        by_id: dict[str, Document] = {}
-        for d in docs:
-            if d.id in by_id:
-                report.notes.append(f"duplicate document id {d.id!r} ({d.metadata.get('source')}); the last one wins")
-            by_id[d.id] = d
-        docs = list(by_id.values())
-        report.documents = len(docs)
-        new_by_doc: dict[str, list[Chunk]] = {}
-        for i, d in enumerate(docs):
-            new_by_doc[d.id] = self.chunker.chunk(d)
-            if not new_by_doc[d.id]:
-                report.skipped.append((str(d.metadata.get("source", d.id)), "document has no text to index"))
-            if progress and (i % 50 == 0 or i == len(docs) - 1):
-                progress("chunk", i + 1, len(docs))
-        removed_docs: set[str] = set()
-        if root is not None:
-            gone = set(self.sources.get(root, [])) - set(new_by_doc)
-            protected = {c.doc_id for c in self.store if c.doc_id in gone and c.source in protect_sources}
-            removed_docs = gone - protected
-            self.sources[root] = sorted(set(new_by_doc) | protected)
-        replaced = set(new_by_doc) | removed_docs
-        incoming = list({c.id: c for cs in new_by_doc.values() for c in cs}.values())
-        incoming_ids = {c.id for c in incoming}
-        old_of_replaced = {c.id for c in self.store if c.doc_id in replaced}
-        report.chunks_unchanged = len(incoming_ids & old_of_replaced)
-        report.chunks_added = len(incoming_ids - old_of_replaced)
-        report.chunks_removed = len(old_of_replaced - incoming_ids)
-        report.documents_removed = len(removed_docs & self.store.doc_ids())
-        # A chunk whose id is stored but whose record changed (metadata, position) gets a new row; its
-        # vector and terms are reused.
-        changed = {c.id for c in incoming if c.id in self.store and c != self.store.get(c.id)}
-        remove = (old_of_replaced - incoming_ids) | changed
-        add = [c for c in incoming if c.id not in self.store or c.id in changed]
+        report, remove, add = plan_upsert(self, docs, root, protect_sources, progress)
         if not remove and not add:
             report.content_version = self.version
             return report
@@ -364,7 +328,6 @@ class HybridIndex:
         tokens = ([self.sparse.analyzer(self._rows[r].text) for r in live] if reanalyze
                   else [self._terms_of(r) for r in live])
         self.sparse.rebuild(tokens, self._live)
-        self._sparse_saved = False
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, *, progress: ProgressFn | None = None) -> None:
@@ -413,7 +376,7 @@ class HybridIndex:
                                   fix="free disk space or fix permissions, then ingest again") from None
             raise
         seg_files.collect_garbage(folder, seg_files.manifest_files(files) | previous)
-        self._dirty, self._sparse_saved = False, True
+        self._dirty = False
         if progress:
             progress("save", 1, 1)
 
