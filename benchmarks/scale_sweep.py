@@ -1,6 +1,8 @@
-"""Scale sweep of the postgres index backend (issue 17) on an embedded PostgreSQL 18 + pgvector.
+"""Scale sweep of the index backends (issue 17): local files, or an embedded PostgreSQL 18 + pgvector.
 
-    .venv/bin/python benchmarks/scale_sweep.py --sizes 10000,100000 --queries 200
+    .venv/bin/python benchmarks/scale_sweep.py --backend postgres --sizes 10000,100000 --queries 200
+    .venv/bin/python benchmarks/scale_sweep.py --backend local --sizes 10000,100000 --queries 200
+    .venv/bin/python benchmarks/scale_sweep.py --backend postgres --sizes 100000 --ef-search 40,100,200,400
     .venv/bin/python benchmarks/scale_sweep.py --ndcg            # sparse nDCG@10: postgres BM25 vs rank-bm25
 
 Data: real text from the shared Cranfield + CISI corpora, cut into ~60-word pieces and repeated with
@@ -88,9 +90,18 @@ def start_server(folder: str):
     return server
 
 
-def cfg_for(dsn: str, tmp: str) -> Config:
+def cfg_for(dsn: str | None, tmp: str, ef_search: int | None = None) -> Config:
+    if dsn is None:  # local
+        return Config().with_overrides({"index.backend": "local", "index.dir": tmp, "embedding.cache": False})
+    over = {"index.postgres.hnsw_ef_search": ef_search} if ef_search else {}
     return Config().with_overrides({"index.backend": "postgres", "index.dsn": dsn, "index.dir": tmp,
-                                    "index.postgres.schema_name": "sweep", "index.postgres.statement_timeout_ms": 0})
+                                    "index.postgres.schema_name": "sweep", "index.postgres.statement_timeout_ms": 0,
+                                    **over})
+
+
+def make_backend(dsn: str | None, tmp: str, ef_search: int | None = None):
+    from ragbudget.index.backends import make_backend as make
+    return make(cfg_for(dsn, tmp, ef_search))
 
 
 def query_set(docs: list[Document], emb: ClusteredEmbedder, q: int, seed: int = 3):
@@ -114,12 +125,13 @@ def timed(fn, items) -> tuple[list[float], list]:
     return ms, out
 
 
-def serve_probe(dsn: str, tmp: str, q: int) -> dict:
+def serve_probe(dsn: str | None, tmp: str, q: int) -> dict:
     """In this process: open the index and run the queries (what a serving process holds)."""
-    from ragbudget.index.postgres import PostgresBackend
     emb = ClusteredEmbedder()
-    backend = PostgresBackend(cfg_for(dsn, tmp))
+    backend = make_backend(dsn, tmp)
+    t = time.perf_counter()
     store = backend.open("sweep", emb)
+    open_s = time.perf_counter() - t
     n = len(store)
     docs = corpus(n)
     vecs, texts = query_set(docs, emb, q)
@@ -129,18 +141,18 @@ def serve_probe(dsn: str, tmp: str, q: int) -> dict:
     del docs
     rss = int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) / 1024
     backend.close()
-    return {"rss_mb": round(rss, 1), **{f"{k}_p{p}": round(percentile(v, p), 2)
+    return {"rss_mb": round(rss, 1), "open_s": round(open_s, 2), **{f"{k}_p{p}": round(percentile(v, p), 2)
                                         for k, v in (("dense", dense), ("sparse", sparse), ("hybrid", hybrid))
                                         for p in (50, 99)}}
 
 
-def sweep(size: int, q: int, folder: str) -> dict:
-    from ragbudget.index.postgres import PostgresBackend
+def sweep(size: int, q: int, folder: str, kind: str, ef_list: list[int]) -> dict:
     emb = ClusteredEmbedder()
-    server = start_server(os.path.join(folder, f"pg{size}"))
-    dsn = server.dsn()
+    server = start_server(os.path.join(folder, f"pg{size}")) if kind == "postgres" else None
+    dsn = server.dsn() if server is not None else None
+    folder = os.path.join(folder, f"{kind}{size}")
     try:
-        backend = PostgresBackend(cfg_for(dsn, folder))
+        backend = make_backend(dsn, folder)
         docs = corpus(size)
         store = backend.open("sweep", emb, create=True)
         t = time.perf_counter()
@@ -155,27 +167,47 @@ def sweep(size: int, q: int, folder: str) -> dict:
         all_docs = docs + more
         matrix = emb.embed([d.text for d in all_docs])
         exact = np.argsort(-(vecs @ matrix.T), axis=1)[:, :10]
-        recall = []
-        for i, v in enumerate(vecs):
-            got = {c.doc_id for c, _ in store.search_dense(v, 10)}
-            recall.append(len(got & {all_docs[j].id for j in exact[i]}) / 10)
+        recall_by_ef = {}
+        for ef in ef_list or [0]:
+            if ef:
+                backend.close()
+                backend = make_backend(dsn, folder, ef)
+                store = backend.open("sweep", emb)
+            recall = []
+            for i, v in enumerate(vecs):
+                got = {c.doc_id for c, _ in store.search_dense(v, 10)}
+                recall.append(len(got & {all_docs[j].id for j in exact[i]}) / 10)
+            recall_by_ef[ef or "default"] = round(float(np.mean(recall)), 3)
         flt = []
         from ragbudget.index.filters import parse_filters
         f = parse_filters({"year": {"gte": 2010}})
         fms, fres = timed(lambda v: store.search_dense(v, 10, f), vecs)
         flt = [len(r) for r in fres]
+        reference = {}
+        if kind == "local":  # the rank-bm25 reference the local backend replaced, on the same rows
+            from rank_bm25 import BM25Okapi
+            rows = [store.analyzer(c.text) for c in store.store]
+            t = time.perf_counter()
+            ref = BM25Okapi(rows, k1=1.2, b=0.75)
+            build_s = time.perf_counter() - t
+            _, texts = query_set(docs, emb, q)
+            rms, _ = timed(lambda t: ref.get_scores(store.analyzer(t)), texts[:50])
+            reference = {"rank_bm25_build_s": round(build_s, 2), "rank_bm25_sparse_p50": round(percentile(rms, 50), 2),
+                         "rank_bm25_sparse_p99": round(percentile(rms, 99), 2)}
+            del ref, rows
         backend.close()
         del matrix, docs, all_docs
-        probes = [subprocess.run([sys.executable, __file__, "--probe", dsn, "--queries", str(q), "--tmp", folder],
-                                 capture_output=True, text=True, check=True) for _ in range(2)]
+        probes = [subprocess.run([sys.executable, __file__, "--probe", dsn or "local", "--queries", str(q),
+                                  "--tmp", folder], capture_output=True, text=True, check=True) for _ in range(2)]
         serving = [json.loads(p.stdout.strip().splitlines()[-1]) for p in probes]
-        return {"chunks": size + 1000, "bulk_ingest_chunks_per_s": round(size / bulk_s),
+        return {"backend": kind, "chunks": size + 1000, "bulk_ingest_chunks_per_s": round(size / bulk_s),
                 "bulk_ingest_s": round(bulk_s, 1), "incremental_1000_chunks_s": round(incr_s, 2),
-                "hnsw_recall_at_10": round(float(np.mean(recall)), 3),
+                "recall_at_10_by_ef_search": recall_by_ef, **reference,
                 "dense_filtered_p50": round(percentile(fms, 50), 2), "dense_filtered_p99": round(percentile(fms, 99), 2),
                 "filtered_k_returned_min": min(flt), "serving": serving}
     finally:
-        server.destroy()
+        if server is not None:
+            server.destroy()
 
 
 def ndcg(folder: str) -> dict:
@@ -226,18 +258,21 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--ndcg", action="store_true")
+    ap.add_argument("--backend", choices=["postgres", "local"], default="postgres")
+    ap.add_argument("--ef-search", default="", help="postgres: HNSW ef_search values to measure recall at")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.probe:
-        print(json.dumps(serve_probe(args.probe, args.tmp, args.queries)))
+        print(json.dumps(serve_probe(None if args.probe == "local" else args.probe, args.tmp, args.queries)))
         return
     folder = tempfile.mkdtemp(prefix="sweep-", dir="/tmp")
     if args.ndcg:
         print(json.dumps(ndcg(folder), indent=1))
         return
     for size in (int(s) for s in args.sizes.split(",")):
-        print(json.dumps(sweep(size, args.queries, folder)), flush=True)
+        efs = [int(e) for e in args.ef_search.split(",") if e]
+        print(json.dumps(sweep(size, args.queries, folder, args.backend, efs)), flush=True)
 
 
 if __name__ == "__main__":
