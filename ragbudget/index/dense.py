@@ -113,6 +113,8 @@ class DenseIndex:
         graph/lists skip the rest)."""
         if not self._n or k <= 0:
             return []
+        if self.config.threads:
+            faiss.omp_set_num_threads(self.config.threads)  # per calling thread (OpenMP's setting is)
         q = np.ascontiguousarray(query, np.float32).reshape(1, self.dim)
         if rows is not None:
             if not len(rows):
