@@ -132,3 +132,20 @@ def test_no_line_lost_under_concurrent_writers(answer, tmp_path: Path) -> None:
 def test_unknown_redaction_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="redact"):
         Config().with_overrides({"service.capture.redact": "rot13"})
+
+
+def test_requests_refused_by_admission_are_captured(cranfield_rag, service_config: Config, tmp_path: Path) -> None:
+    cap = tmp_path / "refused.jsonl"
+    cfg = service_config.with_overrides({"service.capture.path": str(cap), "service.capture.redact": "hash"})
+    headers = {"Authorization": f"Bearer {KEYS['tiny']}"}  # 2 requests of burst, then 429
+    with BackgroundServer(create_app(cranfield_rag, cfg)) as srv, \
+            httpx.Client(base_url=srv.url, headers=headers, timeout=60) as c:
+        codes = [c.post("/v1/query", json={"question": QUESTIONS[0]}).status_code for _ in range(2)]
+        codes.append(c.post("/v1/query", json={"question": QUESTIONS[1], "stream": True}).status_code)
+    assert codes == [200, 200, 429]
+    lines = [json.loads(x) for x in cap.read_text().splitlines()]  # on disk: the app has shut down
+    assert [x["status"] for x in lines] == [200, 200, 429] and [x["stream"] for x in lines] == [False, False, True]
+    assert "tokens" not in lines[2] and lines[2]["tenant"] == "tiny"
+    assert "boundary" not in cap.read_text()
+    recs = load_traffic(cap)  # a refused request is part of the arrivals: replay sends it again
+    assert len(recs) == 3 and recs[0].question == recs[1].question != recs[2].question

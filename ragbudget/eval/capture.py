@@ -15,7 +15,10 @@ rest)::
      "priority": "interactive", "question": "...", "history_len": 1, "max_tokens": 128, "stream": true,
      "redact": "none", "question_tokens": 9, "tokens": {"system": 40, "retrieved": 380, ...},
      "usage": {...}, "cache_layer": null, "route": "small", "ttft_ms": 41.2, "e2e_ms": 120.3,
-     "queue_wait_ms": 0.0, "degrade_level": 0}
+     "queue_wait_ms": 0.0, "degrade_level": 0, "status": 200}
+
+A request refused by admission is captured with ``"status": 429`` (no tokens, route or cache layer): it
+is part of the load, so a replay sends it again.
 
 Lines are written by a background thread (the request path only enqueues), one ``write`` per batch on a
 file opened for appending, so several workers may share one file; :meth:`TrafficCapture.close` (app
@@ -56,32 +59,37 @@ def redacted_question(question: str, redact: str, request_id: str) -> dict[str, 
     raise ValueError(f"unknown redaction {redact!r}; use one of {REDACT_MODES}")
 
 
-def capture_line(answer: Answer, *, request_id: str, ts: float, t: float, tenant: str, index: str | None,
-                 mode: str | None, priority: str, history_len: int, max_tokens: int | None, stream: bool,
-                 redact: str, question_tokens: int, ttft_ms: float | None, e2e_ms: float,
-                 queue_wait_ms: float = 0.0, degrade_level: int = 0, question: str | None = None
-                 ) -> dict[str, Any]:
-    """The captured record of one answered request (a valid traffic line); ``question`` as asked
-    (default: the answer's)."""
+def capture_line(answer: Answer | None, *, request_id: str, ts: float, t: float, tenant: str,
+                 index: str | None, mode: str | None, priority: str, history_len: int, max_tokens: int | None,
+                 stream: bool, redact: str, question_tokens: int, ttft_ms: float | None, e2e_ms: float,
+                 queue_wait_ms: float = 0.0, degrade_level: int = 0, question: str | None = None,
+                 status: int = 200) -> dict[str, Any]:
+    """The captured record of one request (a valid traffic line); ``question`` as asked (default: the
+    answer's). A request refused by admission (``status`` 429, no answer) is captured too: it is part of
+    the arrivals a replay must reproduce."""
+    if question is None:
+        if answer is None:
+            raise ValueError("capture_line needs the question or the answer")
+        question = answer.question
     line: dict[str, Any] = {"id": request_id, "ts": round(ts, 6), "t": round(max(0.0, t), 6), "tenant": tenant}
     if index:
         line["index"] = index
     if mode:
         line["mode"] = mode
-    line.update({"priority": priority, **redacted_question(question or answer.question, redact, request_id),
+    line.update({"priority": priority, **redacted_question(question, redact, request_id),
                  "history_len": history_len})
     if max_tokens is not None:
         line["max_tokens"] = max_tokens
-    u = answer.usage
-    line.update({
-        "stream": stream, "redact": redact, "question_tokens": question_tokens,
-        "tokens": {name: s.used for name, s in answer.ledger.sections.items()},
-        "usage": {"prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
-                  "completion_tokens": u.completion_tokens},
-        "cache_layer": answer.cache_layer, "route": answer.route,
-        "ttft_ms": round(ttft_ms, 3) if ttft_ms is not None else None, "e2e_ms": round(e2e_ms, 3),
-        "queue_wait_ms": round(queue_wait_ms, 3), "degrade_level": degrade_level,
-    })
+    line.update({"stream": stream, "redact": redact, "question_tokens": question_tokens, "status": status})
+    if answer is not None:
+        u = answer.usage
+        line.update({
+            "tokens": {name: s.used for name, s in answer.ledger.sections.items()},
+            "usage": {"prompt_tokens": u.prompt_tokens, "cached_tokens": u.cached_tokens,
+                      "completion_tokens": u.completion_tokens},
+            "cache_layer": answer.cache_layer, "route": answer.route})
+    line.update({"ttft_ms": round(ttft_ms, 3) if ttft_ms is not None else None, "e2e_ms": round(e2e_ms, 3),
+                 "queue_wait_ms": round(queue_wait_ms, 3), "degrade_level": degrade_level})
     return line
 
 
@@ -114,12 +122,13 @@ class TrafficCapture:
             self._n += 1
             return f"{self._prefix}-{self._n - 1}"
 
-    def record(self, answer: Answer, *, arrival: float, tenant: str, index: str | None = None,
+    def record(self, answer: Answer | None, *, arrival: float, tenant: str, index: str | None = None,
                mode: str | None = None, priority: str = "interactive", history_len: int = 0,
                max_tokens: int | None = None, stream: bool = False, question_tokens: int = 0,
                ttft_ms: float | None = None, e2e_ms: float = 0.0, queue_wait_ms: float = 0.0,
-               degrade_level: int = 0, question: str | None = None) -> None:
-        """Queue the line of a request that arrived at ``arrival`` (Unix seconds)."""
+               degrade_level: int = 0, question: str | None = None, status: int = 200) -> None:
+        """Queue the line of a request that arrived at ``arrival`` (Unix seconds); ``answer`` None for a
+        request that was refused (``status``)."""
         if self._closed:
             return
         with self._id_lock:
@@ -130,7 +139,8 @@ class TrafficCapture:
                             index=index, mode=mode, priority=priority, history_len=history_len,
                             max_tokens=max_tokens, stream=stream, redact=self.redact,
                             question_tokens=question_tokens, ttft_ms=ttft_ms, e2e_ms=e2e_ms,
-                            queue_wait_ms=queue_wait_ms, degrade_level=degrade_level, question=question)
+                            queue_wait_ms=queue_wait_ms, degrade_level=degrade_level, question=question,
+                            status=status)
         with self._done:
             self._pending += 1
         self._queue.put(json.dumps(line, ensure_ascii=False, default=str) + "\n")

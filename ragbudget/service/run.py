@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from sse_starlette.event import ServerSentEvent
@@ -37,6 +37,8 @@ class PreparedQuery:
     checked: bool = False  # admission.check already ran (streaming: before the response started)
     filters: dict[str, Any] | None = None  # metadata filters, validated by prepare()
     sampling: Sampling | None = None  # temperature, top_p, stop, seed (OpenAI route)
+    arrival: float = field(default_factory=time.time)  # when it passed the limits (Unix s; traffic capture)
+    started: float = field(default_factory=time.perf_counter)
 
     def actual_tokens(self, answer: Answer) -> int:
         """What the request really took from the token bucket: its input plus what the model generated
@@ -102,23 +104,26 @@ def _extras(answer: Answer, pq: PreparedQuery, queue_wait_ms: float, level: int,
 
 
 
-def _capture(state: ServiceState, pq: PreparedQuery, answer: Answer, *, arrival: float, t0: float,
-             ttft_ms: float | None, wait_ms: float, level: int, stream: bool) -> None:
+def _capture(state: ServiceState, pq: PreparedQuery, answer: Answer | None, *, arrival: float, t0: float,
+             ttft_ms: float | None, wait_ms: float, level: int, stream: bool, status: int = 200) -> None:
     """Queue the request's line in the traffic capture, if one is on (never blocks on the file)."""
     if state.capture is not None:
-        state.capture.record(answer, question=pq.question, arrival=arrival, tenant=pq.tenant, index=pq.index, mode=pq.mode,
-                             priority=pq.priority, history_len=sum(m.role == "user" for m in pq.history),
-                             max_tokens=pq.max_tokens, stream=stream,
-                             question_tokens=state.tokenizer.count(pq.question), ttft_ms=ttft_ms,
+        state.capture.record(answer, question=pq.question, arrival=arrival, tenant=pq.tenant, index=pq.index,
+                             mode=pq.mode, priority=pq.priority,
+                             history_len=sum(m.role == "user" for m in pq.history), max_tokens=pq.max_tokens,
+                             stream=stream, question_tokens=state.tokenizer.count(pq.question), ttft_ms=ttft_ms,
                              e2e_ms=(time.perf_counter() - t0) * 1000, queue_wait_ms=wait_ms,
-                             degrade_level=max(level, answer.ledger.degrade_level))
+                             degrade_level=max(level, answer.ledger.degrade_level if answer else 0),
+                             status=status)
 
 
-def _admission_rejected(state: ServiceState, pq: PreparedQuery, err: AdmissionError) -> None:
+def _admission_rejected(state: ServiceState, pq: PreparedQuery, err: AdmissionError, stream: bool) -> None:
     msg = str(err)
     decision = "shed" if "shed" in msg else "rejected_queue" if "queue" in msg else "rejected_rate"
     state.metrics.observe_admission(pq.tenant, pq.priority, decision)
     state.update_load_metrics()
+    _capture(state, pq, None, arrival=pq.arrival, t0=pq.started, ttft_ms=None, wait_ms=0.0,
+             level=state.admission.level, stream=stream, status=429)
 
 
 @contextlib.asynccontextmanager
@@ -136,7 +141,7 @@ async def admitted(state: ServiceState, pq: PreparedQuery) -> AsyncIterator[tupl
                 state.in_flight -= 1
                 state.update_load_metrics()
     except AdmissionError as err:
-        _admission_rejected(state, pq, err)
+        _admission_rejected(state, pq, err, stream=pq.checked)  # only a stream is prechecked
         raise
 
 
@@ -145,7 +150,7 @@ def precheck(state: ServiceState, pq: PreparedQuery) -> None:
     try:
         state.admission.check(pq.tenant, pq.priority, pq.est_tokens)
     except AdmissionError as err:
-        _admission_rejected(state, pq, err)
+        _admission_rejected(state, pq, err, stream=True)
         raise
     pq.checked = True
 
