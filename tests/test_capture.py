@@ -26,14 +26,15 @@ AUTH = {"Authorization": f"Bearer {KEYS['acme']}"}
 
 def _serve_some(url: str) -> None:
     with httpx.Client(base_url=url, headers=AUTH, timeout=60) as c:
-        r = c.post("/v1/query", json={"question": QUESTIONS[0], "max_tokens": 64})
+        r = c.post("/v1/query", json={"question": QUESTIONS[0], "max_tokens": 64, "mode": "concise"})
         assert r.status_code == 200, r.text
         with c.stream("POST", "/v1/query", json={"question": QUESTIONS[1], "stream": True,
                                                   "history": [{"role": "user", "content": "hello"},
                                                               {"role": "assistant", "content": "hi"}]}) as s:
             assert s.status_code == 200
             assert "event: final" in s.read().decode()
-        assert c.post("/v1/query", json={"question": QUESTIONS[0], "max_tokens": 64}).status_code == 200  # a hit
+        again = {"question": QUESTIONS[0], "max_tokens": 64, "mode": "concise"}
+        assert c.post("/v1/query", json=again).status_code == 200  # a response-cache hit
         r = c.post("/v1/chat/completions", json={"model": "ragbudget",
                                                  "messages": [{"role": "user", "content": QUESTIONS[1]}]})
         assert r.status_code == 200, r.text
@@ -52,6 +53,7 @@ def test_capture_then_replay_every_line(cranfield_rag, service_config: Config, t
         assert {x["tenant"] for x in lines} == {"acme"} and {x["index"] for x in lines} == {"default"}
         assert [x["stream"] for x in lines] == [False, True, False, False]
         assert lines[1]["history_len"] == 1 and lines[0]["max_tokens"] == 64
+        assert lines[0]["mode"] == "concise" and "mode" not in lines[1]
         assert lines[0]["cache_layer"] is None and lines[2]["cache_layer"] == "exact"
         assert lines[0]["tokens"]["retrieved"] > 0 and lines[0]["tokens"]["question"] > 0
         assert lines[0]["route"] and all(x["ttft_ms"] > 0 for x in lines)
@@ -59,6 +61,7 @@ def test_capture_then_replay_every_line(cranfield_rag, service_config: Config, t
         recs = load_traffic(cap)  # the replay reader takes every line as it is
         assert [r.question for r in recs] == [x["question"] for x in lines]
         assert recs[0].t == 0.0 and all(b.t >= a.t for a, b in zip(recs, recs[1:]))
+        assert recs[0].mode == "concise" and recs[0].index == "default" and recs[0].max_tokens == 64
 
         snap = tmp_path / "snapshot.jsonl"  # the replays below are captured too: replay what was served first
         snap.write_text(cap.read_text())

@@ -115,7 +115,8 @@ class LibraryTarget:
         last = None
         try:
             async for ev in self.rag.astream(rec.question, history=history, tenant=rec.tenant,
-                                             max_tokens=rec.max_tokens, index=self.index or rec.index):
+                                             max_tokens=rec.max_tokens, index=self.index or rec.index,
+                                             mode=rec.mode):
                 now = time.perf_counter()
                 if isinstance(ev, TokenEvent):
                     if res.ttft_ms is None:
@@ -159,6 +160,8 @@ class HttpTarget:
             body["max_tokens"] = rec.max_tokens
         if self.index or rec.index:
             body["index"] = self.index or rec.index
+        if rec.mode:
+            body["mode"] = rec.mode
         headers = {"Authorization": f"Bearer {self.api_keys[rec.tenant]}"} if rec.tenant in self.api_keys else {}
         t0 = time.perf_counter()
         last = None

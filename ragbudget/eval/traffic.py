@@ -9,10 +9,11 @@ One request per line::
 ``{"rate": 5}`` line anywhere in the file, or the ``rate`` argument): evenly spaced at ``1/rate``.
 ``history_len`` = number of earlier chat turns sent with the question (synthesised from earlier
 questions of the same tenant). ``kind`` (fresh / repeat / paraphrase) is informational. ``index``, when
-present, is the index the request is sent to (``bench replay --index`` overrides it).
+present, is the index the request is sent to (``bench replay --index`` overrides it); ``mode``, the
+response mode it asks for.
 
 Captured traffic (``service.capture``, :mod:`ragbudget.eval.capture`) is this format plus informational
-fields the reader accepts and ignores (:data:`CAPTURE_FIELDS`: ``ts``, ``mode``, ``tokens``, ``cache_layer``,
+fields the reader accepts and ignores (:data:`CAPTURE_FIELDS`: ``ts``, ``tokens``, ``cache_layer``,
 ``route``, ``ttft_ms``, …). When every line has ``ts`` (Unix seconds), arrivals are ``ts`` minus the first
 ``ts``, so files appended by several workers or server runs replay in the order they were served.
 
@@ -59,14 +60,16 @@ class TrafficRecord:
     max_tokens: int | None = None
     kind: str = "fresh"
     index: str | None = None
+    mode: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-FIELDS = ("id", "t", "question", "tenant", "priority", "history_len", "max_tokens", "kind", "index")
+FIELDS = ("id", "t", "question", "tenant", "priority", "history_len", "max_tokens", "kind", "index",
+          "mode")
 # written by the traffic capture (ragbudget.eval.capture); read, never required, and not replayed
-CAPTURE_FIELDS = ("ts", "mode", "endpoint", "stream", "redact", "question_sha256", "question_tokens", "tokens",
+CAPTURE_FIELDS = ("ts", "stream", "redact", "question_sha256", "question_tokens", "tokens",
                   "usage", "cache_layer", "route", "ttft_ms", "e2e_ms", "queue_wait_ms", "degrade_level", "status")
 
 
@@ -109,11 +112,15 @@ def parse_record(d: Any, n: int, src: str = "traffic") -> TrafficRecord | None:
     index = d.get("index")
     if index is not None and (not isinstance(index, str) or not index):
         raise _err(src, n, f"'index' must be a non-empty string, got {index!r}")
+    mode = d.get("mode")
+    if mode is not None and (not isinstance(mode, str) or not mode):
+        raise _err(src, n, f"'mode' must be a non-empty string, got {mode!r}")
     ts = d.get("ts")
     if ts is not None and (not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts < 0):
         raise _err(src, n, f"'ts' must be Unix seconds ≥ 0, got {ts!r}")
     return TrafficRecord(id=str(d.get("id", f"r{n}")), t=float(t), question=q, tenant=tenant, priority=prio,
-                         history_len=hl, max_tokens=mt, kind=kind, index=index)
+                         history_len=hl, max_tokens=mt, kind=kind, index=index,
+                         mode=mode)
 
 
 def parse_lines(lines: Iterable[str], src: str = "traffic", rate: float | None = None) -> list[TrafficRecord]:
