@@ -107,8 +107,6 @@ class IndexRegistry:
         with self._ingest_lock, self.backend.write_lock(name, self.config.index.lock_timeout_s,
                                                         on_wait=wait_notice(progress)), self._bulk():
             idx = self.backend.open(name, self.embedder, create=True, rebuild=rebuild)
-            local = getattr(idx, "store", None)
-            before = set(local.ids) if local is not None else set()
             if isinstance(source, (str, os.PathLike)):
                 if not Path(source).expanduser().exists():
                     raise IngestError(f"path not found: {source}", fix="pass an existing folder or file")
@@ -117,8 +115,8 @@ class IndexRegistry:
                 docs, load = records_to_documents(source)
                 report = idx.add_documents(docs, self.embedder, progress=progress)
                 report.absorb(load)
-            if self.config.embedding.warm_sentences and local is not None:
-                self._warm_sentences([c for c in idx.store if c.id not in before], progress)  # type: ignore[attr-defined]
+            if self.config.embedding.warm_sentences:  # every backend: the chunks this write embedded
+                self._warm_sentences(list(getattr(idx, "added_chunks", ())), progress)
             self._swap(name, idx)
             return report
 

@@ -209,7 +209,6 @@ class HybridIndex:
     def close(self) -> None:
         self._filter_memo.clear()
 
-    # -- changes --------------------------------------------------------------------------------
     def delete(self, *, doc_ids: Iterable[str] = (), sources: Iterable[str] = (), save: bool = True) -> int:
         """Remove documents by id or by source (a path as ingested, or a record file's ``path:id``
         prefix); then save. Returns the number of chunks removed (0: nothing saved)."""
@@ -256,6 +255,7 @@ class HybridIndex:
         unless their source is in ``protect_sources`` (files that failed to load this time)."""
         if embedder.model_id != self.manifest.embedding_model:
             self.manifest.check_model(embedder.model_id)
+        self.added_chunks: list[Chunk] = []
         report, remove, add = plan_upsert(self, docs, root, protect_sources, progress)
         if not remove and not add:
             report.content_version = self.version
@@ -268,6 +268,7 @@ class HybridIndex:
             if progress:
                 progress("embed", start + len(part), len(todo))
         report.embedded = len(todo)
+        self.added_chunks = todo  # the registry embeds their sentences (query-time trimming)
         vectors = np.empty((len(add), self.manifest.embedding_dim), np.float32)
         terms: list[list[str]] = []
         for i, c in enumerate(add):

@@ -163,6 +163,7 @@ class PostgresStore(PostgresReader):
                 report.skipped.append((str(d.metadata.get("source", d.id)), "document has no text to index"))
             if progress and (i % 50 == 0 or i == len(unique) - 1):
                 progress("chunk", i + 1, len(unique))
+        self.added_chunks: list[Chunk] = []
         with self.backend.writing(self.name):
             plan, todo, reuse = self._plan(new_by_doc, root, protect, report)
             if plan is None:
@@ -174,6 +175,7 @@ class PostgresStore(PostgresReader):
                 if progress:
                     progress("embed", start + len(part), len(todo))
             report.embedded = len(todo)
+            self.added_chunks = list(todo)  # the registry embeds their sentences (query-time trimming)
             plan.vectors.update(reuse)
             if progress:
                 progress("index", 0, 1)
