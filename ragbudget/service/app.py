@@ -104,6 +104,7 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
         try:
             state.rag = await asyncio.to_thread(factory)
             state.metrics = state.rag.metrics  # one metrics path: the pipeline records answers there
+            state.rag.indexes.bulk_threads = None  # ingest jobs keep embedding.threads: queries share the process
             await asyncio.to_thread(state.rag.warm_up)
             if config.service.preload_indexes:
                 await asyncio.to_thread(preload_indexes, state.rag)
