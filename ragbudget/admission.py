@@ -27,7 +27,7 @@ import time
 from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator, Literal
+from typing import AsyncIterator, Callable, Literal
 
 from .buckets import Buckets, MemoryBuckets, RedisBuckets, make_buckets
 from .config import AdmissionConfig, LimitsConfig, TenantConfig
@@ -124,11 +124,15 @@ class PriorityLimiter:
 
     It keeps an exponentially weighted mean of how long a slot is held, to estimate a newcomer's wait
     (:meth:`expected_wait_s`). Holders are matched to releases first-in first-out, which is exact for one
-    slot and close enough for several (requests of one service take similar times)."""
+    slot and close enough for several (requests of one service take similar times).
+
+    ``clock`` (seconds, monotonic) measures hold times; tests inject one to step time by hand."""
 
     HOLD_EWMA_ALPHA = 0.2
 
-    def __init__(self, slots: int, queue_size: int, batch_slots: int) -> None:
+    def __init__(self, slots: int, queue_size: int, batch_slots: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.slots = slots
         self.queue_size = queue_size
         self.batch_slots = max(1, min(batch_slots, slots))
@@ -153,7 +157,7 @@ class PriorityLimiter:
         mean hold times later. 0 when a slot is free or nothing has been measured yet."""
         if self.hold_ewma_s is None or not self.would_wait(prio):
             return 0.0
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         ahead = sum(1 for w in self._heap if w.prio <= prio and not w.future.done())
         left = sorted(max(0.0, self.hold_ewma_s - (now - t)) for t in self._starts)
         left += [0.0] * (self.slots - len(left))
@@ -164,7 +168,7 @@ class PriorityLimiter:
         return self.active < self.slots and (prio == 0 or self.active_batch < self.batch_slots)
 
     def _grant(self, prio: int) -> None:
-        self._starts.append(time.monotonic())
+        self._starts.append(self.clock())
         self.active += 1
         if prio:
             self.active_batch += 1
@@ -200,7 +204,7 @@ class PriorityLimiter:
 
     def release(self, prio: int) -> None:
         if self._starts:
-            held = time.monotonic() - self._starts.popleft()
+            held = self.clock() - self._starts.popleft()
             a = self.HOLD_EWMA_ALPHA
             self.hold_ewma_s = held if self.hold_ewma_s is None else (1 - a) * self.hold_ewma_s + a * held
         self.active -= 1
@@ -224,16 +228,19 @@ class PriorityLimiter:
 
 
 class AdmissionController:
-    """Everything a request passes before work starts. One per app (per event loop)."""
+    """Everything a request passes before work starts. One per app (per event loop).
+
+    ``clock`` (seconds, monotonic) times queue waits and slot holds; tests inject one."""
 
     def __init__(self, cfg: AdmissionConfig, limits: LimitsConfig, tenants: list[TenantConfig],
-                 buckets: Buckets | None = None) -> None:
+                 buckets: Buckets | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.cfg = cfg
+        self.clock = clock
         self.tenants = {t.name: t for t in tenants}
         self.buckets = buckets if buckets is not None else make_buckets(cfg)
         self.ladder = DegradeLadder(cfg)
         slots = limits.max_concurrent
-        self.limiter = PriorityLimiter(slots, cfg.queue_size, max(1, int(slots * cfg.batch_share)))
+        self.limiter = PriorityLimiter(slots, cfg.queue_size, max(1, int(slots * cfg.batch_share)), clock)
 
     @property
     def level(self) -> int:
@@ -305,9 +312,9 @@ class AdmissionController:
             yield Ticket(tenant, priority, 0, 0.0, "admitted")
             return
         prio = PRIORITIES[priority]
-        t0 = time.perf_counter()
+        t0 = self.clock()
         queued = await self.limiter.acquire(prio, self.cfg.queue_timeout_s)
-        wait_ms = (time.perf_counter() - t0) * 1000
+        wait_ms = (self.clock() - t0) * 1000
         self.ladder.record_queue_wait(wait_ms)
         try:
             yield Ticket(tenant, priority, self.level, wait_ms, "queued" if queued else "admitted")

@@ -134,7 +134,8 @@ async def test_limiter_timeout_and_cancel_leave_no_leak():
     with pytest.raises(AdmissionError, match="waited"):
         await lim.acquire(0, 0.05)
     t = asyncio.create_task(lim.acquire(0, 5))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)
+    assert lim.depth == 1
     t.cancel()
     with pytest.raises(asyncio.CancelledError):
         await t
@@ -144,26 +145,47 @@ async def test_limiter_timeout_and_cancel_leave_no_leak():
     assert await lim.acquire(0, 1) is False
 
 
+class StepClock:
+    """A monotonic clock the test moves by hand: hold and wait times are exact, not measured."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, s: float) -> None:
+        self.now += s
+
+
 async def test_expected_wait_refuses_at_once_what_would_time_out():
-    c = _controller(queue_size=8, queue_timeout_s=0.03)
+    clock = StepClock()
+    tenants = [TenantConfig(name="a", requests_per_s=1000, burst=1000)]
+    c = AdmissionController(AdmissionConfig(queue_size=8, queue_timeout_s=0.03), LimitsConfig(max_concurrent=2),
+                            tenants, clock=clock)
     assert c.limiter.expected_wait_s(0) == 0.0  # nothing measured yet: no estimate, nothing refused
-    for _ in range(3):  # slots are held ~60 ms each
+    for _ in range(3):  # slots are held exactly 60 ms each
         async with c.admit("a"), c.admit("a"):
-            await asyncio.sleep(0.06)
-    assert 0.05 < c.limiter.hold_ewma_s < 0.5
-    async with c.admit("a"), c.admit("a"):  # both slots just taken: ~60 ms left > 30 ms timeout
-        t0 = asyncio.get_running_loop().time()
-        with pytest.raises(AdmissionError, match="estimated queue wait"):
+            clock.advance(0.06)
+    assert c.limiter.hold_ewma_s == pytest.approx(0.06)
+    async with c.admit("a"), c.admit("a"):  # both slots just taken: 60 ms left > 30 ms timeout
+        assert c.limiter.expected_wait_s(0) == pytest.approx(0.06)
+        # check() is synchronous: the refusal comes before anything waits or queues
+        with pytest.raises(AdmissionError, match="estimated queue wait 60 ms"):
             c.check("a")
-        assert asyncio.get_running_loop().time() - t0 < 0.02  # refused at once, not after the timeout
         assert c.queue_depth == 0
         c.cfg = c.cfg.model_copy(update={"queue_timeout_s": 5.0})  # a wait the caller can afford: queue
         waiter = asyncio.create_task(_hold_once(c))
-        await asyncio.sleep(0.01)
+        for _ in range(5):
+            await asyncio.sleep(0)
         assert c.queue_depth == 1
-        assert 0.02 < c.limiter.expected_wait_s(0) < c.limiter.hold_ewma_s  # the second slot to free up
-        assert c.limiter.expected_wait_s(0, now=1e9) == 0.0  # holders long past the mean: any moment now
-    assert (await waiter).decision == "queued"
+        clock.advance(0.02)
+        # the second slot to free up: both holders have 40 ms left, the one queued takes the first
+        assert c.limiter.expected_wait_s(0) == pytest.approx(0.04)
+        assert c.limiter.expected_wait_s(0, now=clock.now + 1e9) == 0.0  # holders long past the mean
+        clock.advance(0.01)
+    ticket = await waiter
+    assert ticket.decision == "queued" and ticket.queue_wait_ms == pytest.approx(30.0)  # queued for 20 + 10 ms
     c.cfg = c.cfg.model_copy(update={"queue_timeout_s": 0.001, "reject_expected_wait": False})
     async with c.admit("a"), c.admit("a"):
         c.check("a")  # switched off: only the queue timeout refuses

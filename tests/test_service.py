@@ -102,8 +102,8 @@ def test_query_stream_progress_tokens_final(server):
     final = events[-1][1]
     assert "".join(t["text"] for t in tokens) == final["answer"]
     assert final["ledger"]["sections"] and final["citations"]
-    # server-side TTFT (queue included) is reported, and is no longer than the whole answer took
-    assert 0 < final["server_ttft_ms"] <= final["timings"]["total_ms"] + final["queue_wait_ms"] + 50
+    # server-side TTFT (queue included) is measured from handler start: it contains the engine's own TTFT
+    assert final["timings"]["ttft_ms"] is not None and 0 < final["timings"]["ttft_ms"] <= final["server_ttft_ms"]
 
 
 def test_openai_sdk_non_streaming_and_streaming(server):
