@@ -286,27 +286,35 @@ class Answer:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Answer":
-        """Inverse of :meth:`to_dict` (used to serve cached answers)."""
+    def from_dict(cls, d: Mapping[str, Any], *, cache_layer: str | None = None) -> "Answer":
+        """Inverse of :meth:`to_dict` — the one Answer codec (the response caches serve answers with it).
+
+        ``cache_layer`` (e.g. ``"exact"``) marks where a served record came from, on the answer and its
+        ledger. The context keeps what ``Scored.to_dict`` records (ids, text, source, title, position,
+        scores); ranks, token counts and other chunk metadata are not part of the record."""
         def scored(x: Mapping[str, Any]) -> Scored:
-            meta = {"source": x.get("source", ""), "title": x.get("title", "")}
+            meta = {"source": x.get("source", x["doc_id"]), "title": x.get("title", "")}
             chunk = Chunk(id=x["chunk_id"], doc_id=x["doc_id"], text=x.get("text", ""),
                           position=int(x.get("position", 0)), metadata=meta)
             return Scored(chunk=chunk, score=float(x.get("score", 0.0)), dense_score=x.get("dense_score"),
                           sparse_score=x.get("sparse_score"), fused_score=x.get("fused_score"),
                           rerank_score=x.get("rerank_score"))
-        t = d.get("timings", {})
-        u = d.get("usage", {})
+        t = d.get("timings") or {}
+        u = d.get("usage") or {}
+        ledger = Ledger.from_dict(d.get("ledger") or {})
+        layer = cache_layer if cache_layer is not None else d.get("cache_layer")
+        if cache_layer is not None:
+            ledger.cache_layer = cache_layer
         return cls(
-            question=d["question"], answer=d["answer"],
+            question=d.get("question", ""), answer=d.get("answer", ""),
             citations=[Citation(**c) for c in d.get("citations", [])],
             context=[scored(x) for x in d.get("context", [])],
-            ledger=Ledger.from_dict(d.get("ledger", {})),
+            ledger=ledger,
             usage=Usage(prompt_tokens=int(u.get("prompt_tokens", 0)), cached_tokens=int(u.get("cached_tokens", 0)),
                         completion_tokens=int(u.get("completion_tokens", 0))),
             timings=Timings(stages=dict(t.get("stages", {})), ttft_ms=t.get("ttft_ms"),
                             itl_ms=list(t.get("itl_ms", [])), total_ms=float(t.get("total_ms", 0.0))),
-            route=d.get("route", ""), cache_layer=d.get("cache_layer"), partial=bool(d.get("partial", False)),
+            route=d.get("route", ""), cache_layer=layer, partial=bool(d.get("partial", False)),
             extractive=bool(d.get("extractive", False)), finish_reason=str(d.get("finish_reason", "stop")),
         )
 

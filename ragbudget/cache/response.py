@@ -1,7 +1,8 @@
 """Exact response cache and the answer record (de)serialisation shared by the response layers.
 
 The pipeline stores ``Answer.to_dict()``; a hit returns that record (with its original ledger, usage
-and timings) plus the layer that served it, and :func:`answer_from_dict` rebuilds the :class:`Answer`.
+and timings) plus the layer that served it, and :meth:`Answer.from_dict` (the one codec) rebuilds the
+:class:`Answer`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..types import Answer, Chunk, Citation, Ledger, Scored, Timings, Usage
+from ..types import Answer
 from .base import CacheStats, KVBackend, decode_json, encode_json
 from .keys import ResponseScope, response_key
 
@@ -28,7 +29,7 @@ class CacheHit:
     matched_question: str | None = None
 
     def answer(self) -> Answer:
-        return answer_from_dict(self.record, cache_layer=self.layer)
+        return Answer.from_dict(self.record, cache_layer=self.layer)
 
 
 def saved_tokens(record: Mapping[str, Any]) -> int:
@@ -46,29 +47,9 @@ def saved_ms(record: Mapping[str, Any]) -> float:
 
 
 def answer_from_dict(d: Mapping[str, Any], *, cache_layer: str | None = None) -> Answer:
-    """Rebuild an :class:`Answer` from ``Answer.to_dict()``; ``cache_layer`` marks where it came from."""
-    context = []
-    for s in d.get("context", []):
-        chunk = Chunk(id=s["chunk_id"], doc_id=s["doc_id"], text=s.get("text", ""),
-                      position=int(s.get("position", 0)),
-                      metadata={"source": s.get("source", s["doc_id"]), "title": s.get("title", "")})
-        context.append(Scored(chunk=chunk, score=float(s.get("score", 0.0)), dense_score=s.get("dense_score"),
-                              sparse_score=s.get("sparse_score"), fused_score=s.get("fused_score"),
-                              rerank_score=s.get("rerank_score")))
-    u = d.get("usage") or {}
-    t = d.get("timings") or {}
-    ledger = Ledger.from_dict(d.get("ledger") or {})
-    layer = cache_layer if cache_layer is not None else d.get("cache_layer")
-    ledger.cache_layer = layer
-    return Answer(
-        question=d.get("question", ""), answer=d.get("answer", ""),
-        citations=[Citation(**c) for c in d.get("citations", [])], context=context, ledger=ledger,
-        usage=Usage(prompt_tokens=int(u.get("prompt_tokens", 0)), cached_tokens=int(u.get("cached_tokens", 0)),
-                    completion_tokens=int(u.get("completion_tokens", 0))),
-        timings=Timings(stages=dict(t.get("stages", {})), ttft_ms=t.get("ttft_ms"),
-                        itl_ms=list(t.get("itl_ms", [])), total_ms=float(t.get("total_ms", 0.0))),
-        route=d.get("route", ""), cache_layer=layer, partial=bool(d.get("partial", False)),
-        extractive=bool(d.get("extractive", False)))
+    """Rebuild an :class:`Answer` from ``Answer.to_dict()`` (kept for importers: :meth:`Answer.from_dict`
+    is the one codec); ``cache_layer`` marks where it came from."""
+    return Answer.from_dict(d, cache_layer=cache_layer)
 
 
 class ExactResponseCache:
