@@ -141,3 +141,14 @@ def test_format_1_index_loads_and_the_next_write_converts_it(tmp_path: Path, cfg
     old.add_documents(_docs({"d": TEXTS["d"]}), embedder)
     new = HybridIndex.load("kb", cfg)
     assert new.manifest.format_version == 2 and len(new) == 4 and not (folder / "chunks.jsonl").exists()
+
+
+def test_deleting_every_document_leaves_an_empty_loadable_index(cfg: Config, embedder: CountingEmbedder) -> None:
+    idx = HybridIndex.create("kb", cfg, model_id=embedder.model_id, dim=384)
+    idx.add_documents(_docs({k: TEXTS[k] for k in "ab"}), embedder)
+    assert idx.delete(doc_ids=["a", "b"]) == 2
+    empty = HybridIndex.load("kb", cfg)
+    assert len(empty) == 0 and empty.search_dense(embedder.embed_query("wings"), 5) == []
+    assert empty.search_sparse("wings", 5) == [] and empty.idf(["wing"]) == {"wing": 0.0}
+    empty.add_documents(_docs({k: TEXTS[k] for k in "cd"}), embedder)  # (one document: every idf is negative)
+    assert [c.doc_id for c, _ in HybridIndex.load("kb", cfg).search_sparse("flutter", 5)] == ["c"]
