@@ -21,7 +21,6 @@ import asyncio
 import heapq
 import itertools
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -32,6 +31,7 @@ from typing import AsyncIterator, Callable, Literal
 from .buckets import Buckets, MemoryBuckets, RedisBuckets, make_buckets
 from .config import AdmissionConfig, LimitsConfig, TenantConfig
 from .errors import AdmissionError
+from .stats import percentile
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ LEVEL_NAMES = ("normal", "smaller_retrieved_budget", "skip_rerank", "smaller_mod
 # ---------------------------------------------------------------------------------------------- ladder
 
 class SlidingWindow:
-    """Samples of the last ``window_s`` seconds (at most ``maxlen``); P95 by nearest rank."""
+    """Samples of the last ``window_s`` seconds (at most ``maxlen``); percentiles by ``stats.percentile``."""
 
     def __init__(self, window_s: float, maxlen: int = 4096) -> None:
         self.window_s = window_s
@@ -63,11 +63,10 @@ class SlidingWindow:
             return [v for _, v in self._items]
 
     def percentile(self, q: float, now: float | None = None) -> tuple[float | None, int]:
-        vals = sorted(self.values(now))
+        vals = self.values(now)
         if not vals:
             return None, 0
-        rank = max(0, math.ceil(q / 100 * len(vals)) - 1)
-        return vals[rank], len(vals)
+        return percentile(vals, q), len(vals)
 
 
 class DegradeLadder:

@@ -25,6 +25,7 @@ from ..index import HybridIndex
 from ..ingest import load_path
 from ..rerank import Reranker, rerank
 from ..retrieve import HybridRetriever
+from ..stats import percentile
 from ..tokens import Tokenizer
 from ..trim import SentencePlan
 from ..types import Scored
@@ -146,6 +147,6 @@ def evaluate_answers(folder: str | Path, cfg: Config, embedder: Embedder, rerank
         report.results.append(BudgetResult(method=method, budget=b, questions=len(h),
                                            answer_in_context=float(np.mean(h)) if h else 0.0,
                                            context_tokens_mean=float(t.mean()) if len(t) else 0.0,
-                                           context_tokens_p95=float(np.percentile(t, 95)) if len(t) else 0.0))
+                                           context_tokens_p95=percentile(t, 95)))
     report.results.sort(key=lambda r: (r.method != "budgeted", r.budget))
     return report

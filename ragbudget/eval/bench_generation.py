@@ -29,6 +29,7 @@ from ..config import LLMConfig, PromptConfig, RouterConfig, TierConfig
 from ..llm import ExtractiveGenerator, Generator, LlamaCppGenerator, OpenAIGenerator, make_prompt
 from ..llm.gguf_writer import GGUFSpec, write_random_gguf
 from ..route import Router
+from ..stats import percentile
 from ..tokens import Tokenizer
 from ..types import Chunk, Prompt, Scored
 
@@ -36,11 +37,9 @@ SQUAD = Path("../shared/data/eval/squad2")
 SNIPPET_CHARS = 160  # one retrieved sentence; the byte-level vocab makes ~1 token per character
 
 
-def pct(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+def engine_counter(llm: Any) -> Callable[[str], int]:
+    """Tokens of a text as a loaded llama.cpp engine counts them."""
+    return lambda t: len(llm.tokenize(t.encode(), add_bos=False))
 
 
 def load_squad(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -87,7 +86,7 @@ def ttft_pair(gens: dict[str, Generator], static: str, reqs: list[tuple[str, str
             acc[kind]["ttft"].append(g.timings.ttft_ms or 0.0)
             acc[kind]["cached"].append(g.usage.cached_tokens)
             acc[kind]["prompt"].append(g.usage.prompt_tokens)
-    return {k: {"median": statistics.median(a["ttft"]), "p95": pct(a["ttft"], 0.95),
+    return {k: {"median": statistics.median(a["ttft"]), "p95": percentile(a["ttft"], 95),
                 "cached": statistics.mean(a["cached"]), "prompt": statistics.mean(a["prompt"])}
             for k, a in acc.items()}
 
@@ -118,8 +117,7 @@ def bench_prefix(model: Path, static_target: int, n: int, threads: int,
                  snippet_chars: int = SNIPPET_CHARS) -> list[str]:
     corpus, questions = load_squad(SQUAD)
     local = LlamaCppGenerator(str(model), n_ctx=4096, n_threads=threads)
-    llm = local.load()
-    count = lambda t: len(llm.tokenize(t.encode(), add_bos=False))  # noqa: E731
+    count = engine_counter(local.load())
     static = static_part(corpus, count, static_target)
     reqs = requests(corpus, questions, n, snippet_chars)
     lines = [f"static part: {count(static)} engine tokens; {n} requests, each a SQuAD question + a one-sentence "
@@ -132,7 +130,7 @@ def bench_prefix(model: Path, static_target: int, n: int, threads: int,
     locals_ = {k: LlamaCppGenerator(str(model), n_ctx=4096, n_threads=threads) for k in kinds}
     for k, r in ttft_pair(locals_, static, reqs).items():  # type: ignore[arg-type]
         results[("in-process", k)] = r
-    del llm, local, locals_
+    del count, local, locals_  # free the in-process engines before the servers start
     servers = {k: start_server(model, 4096, threads) for k in kinds}
     try:
         remotes = {k: OpenAIGenerator("bench", base_url=servers[k][1], timeout_s=300, first_token_timeout_s=300)

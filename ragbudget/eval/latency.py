@@ -15,12 +15,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import numpy as np
-
 from ..config import PromptConfig
 from ..llm import Generator, LlamaCppGenerator
 from ..prompt import Layout, build_prompt, static_prefix
 from ..route import Router
+from ..stats import percentile
 from ..tokens import Tokenizer
 from ..types import Chunk, Scored
 from .answers import contains_answer
@@ -162,7 +161,7 @@ def summarise(rows: Sequence[Mapping[str, Any]], by: str, value: str) -> list[Ro
     for r in rows:
         groups.setdefault(r[by], []).append(float(r[value]))
     return [{by: k, "n": len(v), "median": round(statistics.median(v), 2),
-             "p95": round(float(np.percentile(v, 95)), 2), "mean": round(statistics.fmean(v), 2)}
+             "p95": round(percentile(v, 95), 2), "mean": round(statistics.fmean(v), 2)}
             for k, v in groups.items()]
 
 

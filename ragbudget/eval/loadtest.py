@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import socket
@@ -28,6 +27,7 @@ import httpx
 
 from ..config import Config, dump_config
 from ..pipeline import RAG
+from ..stats import percentile
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "eval" / "cranfield"
 # A fresh server answers its first ~100-200 requests up to 2x slower (allocator, lazy imports, caches);
@@ -81,9 +81,8 @@ class Phase:
 
 
 def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    return round(values[max(0, math.ceil(q / 100 * len(values)) - 1)], 1)
+    """``stats.percentile`` rounded for the report; None for no values."""
+    return round(percentile(values, q), 1) if values else None
 
 
 async def one_request(client: httpx.AsyncClient, question: str, priority: str = "interactive") -> Result:

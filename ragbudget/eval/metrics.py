@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-import numpy as np
+from ..stats import percentile as percentile  # re-exported: the one definition lives in ragbudget.stats
 
 
 def dcg_at_k(gains: Sequence[float], k: int) -> float:
@@ -36,11 +36,6 @@ def mrr_at_k(ranked: Sequence[str], relevant: Mapping[str, float], k: int = 10) 
         if relevant.get(d, 0) > 0:
             return 1.0 / i
     return 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default); 0.0 for no values."""
-    return float(np.percentile(np.asarray(values, float), q)) if len(values) else 0.0
 
 
 def dedupe(ids: Sequence[str]) -> list[str]:

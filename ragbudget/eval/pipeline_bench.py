@@ -25,13 +25,13 @@ import numpy as np
 
 from ..config import Config
 from ..pipeline import RAG
+from ..stats import percentile
 from .traffic import load_questions
 
 
 def _pcts(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=float)
-    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
-            "p99": float(np.percentile(a, 99)), "mean": float(a.mean())}
+    return {"p50": percentile(a, 50), "p95": percentile(a, 95), "p99": percentile(a, 99), "mean": float(a.mean())}
 
 
 def _questions(folder: Path, n: int) -> list[str]:

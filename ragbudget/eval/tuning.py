@@ -27,6 +27,7 @@ from ..errors import ConfigError
 from ..index import HybridIndex
 from ..rerank import Reranker, make_reranker
 from ..retrieve import HybridRetriever
+from ..stats import percentile
 from ..tokens import Tokenizer
 from ..types import Scored
 from .answers import SEP, build_index, contains_answer, load_questions
@@ -107,8 +108,7 @@ class _MemoEmbedder:
         return self.inner.embed_query(text)
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else 0.0
+_percentile = percentile  # the one definition (ragbudget.stats)
 
 
 def sweep_context(folder: str | Path, base: Config, embedder: Embedder, *, budgets: Sequence[int],
