@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 import redis
 
@@ -23,6 +23,7 @@ log = logging.getLogger("ragbudget.admission")
 
 # --------------------------------------------------------------------------------------------- buckets
 
+@runtime_checkable
 class Buckets(Protocol):
     """Token buckets keyed by a string: take ``cost`` tokens or say how long until they are there."""
 

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -22,9 +22,16 @@ from .config import EmbeddingConfig
 from .errors import ConfigError, ModelNotFoundError
 
 
+@runtime_checkable
 class Embedder(Protocol):
-    model_id: str
-    dim: int
+    """What the index, retriever, reranker and caches call. ``model_id`` and ``dim`` are read-only (a
+    property or a plain attribute satisfies them): the vector width is the model's, not the caller's."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 

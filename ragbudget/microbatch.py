@@ -67,6 +67,14 @@ class MicroBatcher:
         return cls(embedder, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms)
 
     # --- delegation: model_id, dim, warm_up, cache… behave like the wrapped embedder
+    @property
+    def model_id(self) -> str:  # explicit, so the Embedder Protocol sees it without __getattr__
+        return self.inner.model_id
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
     def __getattr__(self, name: str) -> Any:
         if name == "inner":
             raise AttributeError(name)

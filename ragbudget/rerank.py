@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from .errors import ModelNotFoundError
 from .types import Scored
 
 
+@runtime_checkable
 class Reranker(Protocol):
     """Scores texts against a query (higher = more relevant)."""
 
