@@ -195,3 +195,24 @@ def test_serve_without_index_uses_the_only_built_index(embedder, tmp_path):
     steps = next_steps("quickstart", cfg)
     assert "ragbudget serve" in steps and '"index": "quickstart"' in steps and 'model="quickstart"' in steps
     assert str(tmp_path / "indexes") in steps
+
+
+def test_quickstart_prints_next_commands_that_copy_paste_on_a_narrow_terminal(tmp_path):
+    """`ragbudget quickstart` (the README's first command) on a 60-column terminal: the serve and curl
+    lines stay whole and the SDK snippet is valid Python (rich must not wrap them)."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGBUDGET_")}
+    env.update(COLUMNS="60", RAGBUDGET_EMBEDDING__CACHE="false")
+    done = subprocess.run([sys.executable, "-m", "ragbudget", "quickstart", "--index-dir", str(tmp_path / "ix")],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    serve = next(line for line in out.splitlines() if "ragbudget serve" in line)
+    assert "--port 8000" in serve and str(tmp_path / "ix") in serve
+    snippet = out.split("python - <<'PY'\n", 1)[1].split("\nPY", 1)[0]
+    ast.parse(snippet)
+    assert 'model="quickstart"' in snippet

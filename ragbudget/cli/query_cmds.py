@@ -71,7 +71,8 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         print_answer(ans, console, show_ledger=(i == 0))
         console.print()
     rag.close()
-    console.print(next_steps("quickstart", cfg, getattr(args, "config", None)), highlight=False, markup=False)
+    # plain print: rich would wrap the commands at the terminal width and break copy-paste
+    console.file.write(next_steps("quickstart", cfg, getattr(args, "config", None)) + "\n")
     return 0
 
 
