@@ -152,3 +152,30 @@ def test_deleting_every_document_leaves_an_empty_loadable_index(cfg: Config, emb
     assert empty.search_sparse("wings", 5) == [] and empty.idf(["wing"]) == {"wing": 0.0}
     empty.add_documents(_docs({k: TEXTS[k] for k in "acd"}), embedder)  # (≤ 2 documents: Okapi idf ≤ 0)
     assert [c.doc_id for c, _ in HybridIndex.load("kb", cfg).search_sparse("flutter", 5)] == ["c"]
+
+
+def test_disk_full_mid_commit_is_a_clear_error_and_the_previous_version_serves(cfg: Config, embedder: CountingEmbedder,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from ragbudget.errors import IngestError
+    from ragbudget.index import segments
+
+    idx = HybridIndex.create("kb", cfg, model_id=embedder.model_id, dim=384)
+    idx.add_documents(_docs({k: TEXTS[k] for k in "abc"}), embedder)
+    before = HybridIndex.load("kb", cfg).version
+    files = sorted(p.name for p in idx.folder.iterdir())
+
+    def full(path, obj):  # the disk fills while the new version's files are written
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segments, "write_json", full)
+    with pytest.raises(IngestError) as err:
+        idx.add_documents(_docs({"d": TEXTS["d"]}), embedder)
+    assert "No space left" in str(err.value) and "free disk space" in err.value.fix
+    monkeypatch.undo()
+    assert HybridIndex.load("kb", cfg).version == before
+    assert sorted(p.name for p in idx.folder.iterdir()) == files  # nothing half-written left behind
+    again = HybridIndex.load("kb", cfg, model_id=embedder.model_id)
+    again.add_documents(_docs({"d": TEXTS["d"]}), embedder)  # the next write succeeds
+    assert len(HybridIndex.load("kb", cfg)) == 4
