@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/cold_ingest.py /tmp/before . DATA.jsonl [DATA.jsonl ...]
 
 Each (data, code) pair runs in a fresh process with an empty index folder and embedding cache."""
-import json, os, subprocess, sys, tempfile, time
+import json, subprocess, sys
 before, after, *datas = sys.argv[1:]
 CODE = r'''
 import sys, time, tempfile, json

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class SentenceTransformerEmbedder:
         self.path = resolve_model_path(self.config.model)
         self.model_id = "all-MiniLM-L6-v2" if self.config.model == "bundled" else str(self.path)
         self.cache = cache if self.config.cache else None
-        self._model = None
+        self._model: Any = None
         self._dim: int | None = None
         self._lock = threading.Lock()
         # Recent query vectors: the semantic cache and the dense retriever embed the same question.
@@ -157,8 +157,10 @@ class SentenceTransformerEmbedder:
                     torch.set_num_threads(self.config.threads)
 
                 m = SentenceTransformer(str(self.path), device=self.config.device, local_files_only=True)
-                self._dim = int(m.get_embedding_dimension() if hasattr(m, "get_embedding_dimension")
-                                else m.get_sentence_embedding_dimension())
+                dim = (m.get_embedding_dimension() if hasattr(m, "get_embedding_dimension")
+                       else m.get_sentence_embedding_dimension())
+                assert dim is not None, "the embedding model reports no dimension"
+                self._dim = int(dim)
                 self._model = m
 
     @property
@@ -182,7 +184,7 @@ class SentenceTransformerEmbedder:
 
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bulk else contextlib.nullcontext()
         with ctx:
-            vecs = self._model.encode(texts, batch_size=self.config.batch_size,  # type: ignore[union-attr]
+            vecs = self._model.encode(texts, batch_size=self.config.batch_size,
                                       normalize_embeddings=self.config.normalize, convert_to_numpy=True,
                                       show_progress_bar=False)
         return np.asarray(vecs, dtype=np.float32)

@@ -165,7 +165,7 @@ def resolve_model(model: str, *, modes: Sequence[str], indexes: Sequence[str], i
     for param, pinned, asked in (("index", m_index, index), ("mode", m_mode, mode)):
         if pinned is not None and asked is not None and pinned != asked:
             raise UnsupportedParameterError(param, f"model {model!r} selects {param} {pinned!r} but {param}="
-                                                   f"{asked!r} was sent", f"send one of them, or model='ragbudget'")
+                                                   f"{asked!r} was sent", "send one of them, or model='ragbudget'")
     return index or m_index, mode or m_mode
 
 

@@ -133,7 +133,7 @@ def build_prompt(cfg: PromptConfig, tokenizer: Tokenizer, *, question: str, cont
     tail_parts.append(f"Question: {question}")
     tail = "\n\n".join(tail_parts)
     if layout == "variable-first":
-        messages = (Message("user", f"{tail}\n\n{prefix}"),)
+        messages: tuple[Message, ...] = (Message("user", f"{tail}\n\n{prefix}"),)
         cache_prefix = ""
     elif layout == "static-first":
         messages = (Message("system", prefix), Message("user", tail))

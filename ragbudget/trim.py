@@ -274,7 +274,8 @@ class SentencePlan:
             if whole:
                 text = _text_of(s)
             else:
-                parts, prev = [], -1
+                parts: list[str] = []
+                prev = -1
                 for j in sorted(picks):
                     if parts and j != prev + 1:
                         parts.append(GAP.strip())

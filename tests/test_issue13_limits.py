@@ -14,7 +14,7 @@ import pytest
 from redis_fixture import start_redis, stop_redis
 
 from ragbudget import RAG
-from ragbudget.admission import AdmissionController, MemoryBuckets, RedisBuckets
+from ragbudget.admission import MemoryBuckets, RedisBuckets
 from ragbudget.batch import parse_item
 from ragbudget.cache import RedisBackend
 from ragbudget.cli import main as cli_main

@@ -84,6 +84,7 @@ class RagBudgetRunnable(RunnableSerializable[Any, Any]):
     tenant: str = "default"
 
     def _kwargs(self, value: Any) -> tuple[str, dict[str, Any]]:
+        question: Any
         if isinstance(value, str):
             question, given = value, {}
         elif isinstance(value, Mapping):

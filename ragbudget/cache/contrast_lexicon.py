@@ -88,7 +88,7 @@ CLASSES: dict[str, list[frozenset[str]]] = {
                        "oxygen | hydrogen | nitrogen | helium"),
 }
 
-ANTONYMS: list[tuple[str, str]] = [tuple(p.split("/")) for p in """
+ANTONYMS: list[tuple[str, str]] = [(a, b) for a, b in (p.split("/") for p in """
 before/after earlier/later early/late sooner/later prior/subsequent pre/post past/future ago/hence
 since/until start/end begin/end beginning/end start/finish begin/finish open/shut opened/closed
 upload/download uploading/downloading login/logout log-in/log-out signin/signout signup/cancel
@@ -148,7 +148,7 @@ arrive/leave alive/dead living/dead birth/death born/died marry/divorce married/
 married/single wedding/divorce love/hate happy/sad happiest/saddest optimistic/pessimistic
 optimist/pessimist urban/rural city/countryside domestic/foreign domestic/international
 national/international inland/coastal land/sea  offline/online
-""".split()]
+""".split())]
 
 SYNONYMS: list[frozenset[str]] = _groups("""
     laptop notebook | delete remove erase | quick fast rapid speedy | quickly fast rapidly |

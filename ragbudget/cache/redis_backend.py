@@ -70,7 +70,7 @@ class RedisBackend:
         except redis.RedisError as err:
             self._failed("get", err)
             return None
-        return bytes(value) if value is not None else None
+        return bytes(value) if value is not None else None  # type: ignore[arg-type]  # bytes: no decode_responses
 
     def set(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
         ttl = check_ttl(ttl_s, self.default_ttl_s)

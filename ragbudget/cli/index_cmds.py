@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.markup import escape
 from rich.table import Table
 
@@ -36,7 +36,7 @@ def _progress(console: Console, quiet: bool) -> Iterator:
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def update(stage: str, done: int, total: int) -> None:
             if stage not in tasks:

@@ -52,8 +52,9 @@ def print_answer(ans: Answer, console: Console, *, show_ledger: bool = False) ->
         t = Table(title="ledger", show_lines=False)
         for col in ("section", "budget", "used", "items", "dropped", "compressed"):
             t.add_column(col, justify="right" if col != "section" else "left")
-        for name, s in ans.ledger.sections.items():
-            t.add_row(name, str(s.budget), str(s.used), str(s.items_in), str(len(s.dropped)), str(len(s.compressed)))
+        for name, sec in ans.ledger.sections.items():
+            t.add_row(name, str(sec.budget), str(sec.used), str(sec.items_in), str(len(sec.dropped)),
+                      str(len(sec.compressed)))
         console.print(t)
 
 

@@ -197,11 +197,11 @@ def bench_routing(n_factual: int) -> list[str]:
                                       "large": ExtractiveGenerator(tokenizer=tok)})
     reqs: list[tuple[str, str | None, dict[str, Any] | None]] = []
     factual = [q for q in questions if q["answers"]][: n_factual]
-    for k, q in enumerate(factual):
-        reqs.append((q["text"], "extraction" if k % 5 == 0 else None, q))
-    for k, q in enumerate(factual[:20]):
-        body = q["text"].rstrip("? ")
-        reqs.append((HARD_TEMPLATES[k % 2].format(q=body[0].lower() + body[1:]), None, q))
+    for k, fq in enumerate(factual):
+        reqs.append((fq["text"], "extraction" if k % 5 == 0 else None, fq))
+    for k, fq in enumerate(factual[:20]):
+        body = fq["text"].rstrip("? ")
+        reqs.append((HARD_TEMPLATES[k % 2].format(q=body[0].lower() + body[1:]), None, fq))
     reqs += [(h, None, None) for h in HANDLER_QS]
     reqs += [("what are the support hours", "faq", None)] * 5
     served: dict[str, int] = {}
@@ -212,7 +212,7 @@ def bench_routing(n_factual: int) -> list[str]:
         if h is not None:
             served[h.decision.tier.split(":")[0]] = served.get(h.decision.tier.split(":")[0], 0) + 1
             continue
-        ctx_texts = []
+        ctx_texts: list[str] = []
         if q is not None:
             gold = next((c for c in corpus if any(a.lower() in c["text"].lower() for a in q["answers"])), None)
             ctx_texts = ([gold["text"]] if gold else []) + [corpus[(len(ctx_texts) + 31 * len(question)) %
@@ -233,8 +233,8 @@ def bench_routing(n_factual: int) -> list[str]:
              "hosted pair ($0.15/$0.60 and $2.50/$10 per 1M in/out); both tiers run the extractive backend here, "
              "so costs come from real token counts, not from model quality.", "",
              "| served by | requests | share |", "|---|---|---|"]
-    for k in ("handler", "small", "large"):
-        lines.append(f"| {k} | {served.get(k, 0)} | {served.get(k, 0) / total:.0%} |")
+    for tier in ("handler", "small", "large"):
+        lines.append(f"| {tier} | {served.get(tier, 0)} | {served.get(tier, 0) / total:.0%} |")
     lines += ["", f"- escalated small → large: {escalated}",
               f"- estimated cost: ${cost:.5f} routed vs ${large_cost:.5f} always-large "
               f"({cost / large_cost:.1%} of always-large; handler requests cost $0 in both columns)"]

@@ -88,7 +88,7 @@ def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embe
             k = kinds.setdefault(f"{p.label}:{p.kind}", [0, 0])
             k[0] += 1
             k[1] += int(hit is not None)
-    out = {"threshold": config.threshold, "guards": config.guards, "contrast": config.guard_contrast,
+    out: dict[str, Any] = {"threshold": config.threshold, "guards": config.guards, "contrast": config.guard_contrast,
             "hit_rate": hits[1] / totals[1] if totals[1] else 0.0,
             "false_hit_rate": hits[0] / totals[0] if totals[0] else 0.0,
             "pairs": len(pairs), "positives": totals[1], "negatives": totals[0],

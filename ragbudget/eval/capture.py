@@ -34,7 +34,6 @@ import logging
 import os
 import queue
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal

@@ -37,7 +37,7 @@ class CompareReport:
     def summary(self) -> dict[str, Any]:
         sa = summarize(self.a, self.wall_s, target=self.name_a)
         sb = summarize(self.b, self.wall_s, target=self.name_b)
-        ratios = {}
+        ratios: dict[str, float | None] = {}
         for k in RATIO_KEYS:
             va, vb = sa.get(k), sb.get(k)
             if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va:

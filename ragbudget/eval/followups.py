@@ -83,7 +83,7 @@ def evaluate_followups(path: str | Path, cfg: Config, embedder: Embedder, rerank
         index = build_index(folder, cfg, embedder)
     retriever = HybridRetriever(index, cfg.retrieval, embedder)
     n_cand = max(cfg.retrieval.top_k, cfg.rerank.top_n)
-    stats = {kind: {"recall": [], "aic": [], "tokens": []} for kind in KINDS}
+    stats: dict[str, dict[str, list[float]]] = {kind: {"recall": [], "aic": [], "tokens": []} for kind in KINDS}
     changed = 0
     try:
         for i, q in enumerate(questions):

@@ -57,7 +57,7 @@ class Phase:
     def summary(self) -> dict[str, Any]:
         ok = [r for r in self.results if r.status == 200 and r.ttft_ms is not None]
         rej = [r for r in self.results if r.status == 429]
-        ttft = sorted(r.ttft_ms for r in ok)  # type: ignore[misc]
+        ttft = sorted(r.ttft_ms for r in ok if r.ttft_ms is not None)
         e2e = sorted(r.e2e_ms for r in ok)
         levels = [r.degrade_level for r in ok if r.degrade_level is not None]
         waits = sorted(r.queue_wait_ms for r in ok if r.queue_wait_ms is not None)
@@ -182,7 +182,8 @@ class ServerProcess:
         self.timeout_s = timeout_s
 
     def __enter__(self) -> "ServerProcess":
-        pin = (lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None
+        cpus = self.cpus
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         self.proc = subprocess.Popen(self.cmd, preexec_fn=pin)
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:

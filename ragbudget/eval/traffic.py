@@ -146,7 +146,7 @@ def parse_lines(lines: Iterable[str], src: str = "traffic", rate: float | None =
         raise IngestError(f"{src}: no requests in the traffic file", fix="generate one: ragbudget bench traffic")
     if all(ts is not None for ts in stamps):  # captured traffic: arrivals from the wall clock
         t0 = min(stamps)  # type: ignore[type-var]
-        recs = [replace(r, t=round(float(ts) - t0, 6)) for r, ts in zip(recs, stamps)]  # type: ignore[operator]
+        recs = [replace(r, t=round(float(ts) - t0, 6)) for r, ts in zip(recs, stamps)]  # type: ignore[operator,arg-type]
     if any(r.t < 0 for r in recs):
         if not rate:
             raise IngestError(f"{src}: some lines have no 't' and no rate is given",

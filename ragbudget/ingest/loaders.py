@@ -32,7 +32,7 @@ from .paths import PathPolicy
 try:  # optional: better guesses for legacy encodings
     from charset_normalizer import from_bytes as _detect
 except ImportError:  # pragma: no cover
-    _detect = None
+    _detect = None  # type: ignore[assignment]
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst"}
 HTML_SUFFIXES = {".html", ".htm"}

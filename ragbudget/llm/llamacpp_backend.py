@@ -22,8 +22,8 @@ try:  # optional extra
     import llama_cpp
     from llama_cpp import llama_chat_format
 except ImportError:  # pragma: no cover - exercised only without the extra
-    llama_cpp = None
-    llama_chat_format = None
+    llama_cpp = None  # type: ignore[assignment]
+    llama_chat_format = None  # type: ignore[assignment]
 
 INSTALL_HINT = "pip install 'ragbudget[llamacpp]'"
 

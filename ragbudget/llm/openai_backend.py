@@ -100,7 +100,7 @@ class OpenAIGenerator(BaseGenerator):
         usage: Any = None
         finish: str | None = None
         try:
-            stream = self.client.chat.completions.create(
+            stream = self.client.chat.completions.create(  # type: ignore[call-overload]  # messages are plain dicts
                 model=self.model, messages=prompt.openai_messages(),  # type: ignore[arg-type]
                 max_tokens=max_tokens, temperature=temperature, stop=list(stop) if stop else None,
                 stream=True, stream_options={"include_usage": True}, **optional)
