@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from ragbudget.config import load_config  # noqa: E402
 from ragbudget.pipeline import RAG  # noqa: E402
+from ragbudget.stats import percentile  # noqa: E402
 
 
 def free_port() -> int:
@@ -115,7 +115,7 @@ def main() -> None:
                 delays[label].append(first)
         out = {"backend": args.backend, "base_chunks": base.chunks_added, "rounds": args.rounds,
                "stale_answers_after_commit": len(polls),
-               **{k: {"p50_ms": round(float(np.median(v)), 1), "max_ms": round(max(v), 1)} for k, v in delays.items()}}
+               **{k: {"p50_ms": round(percentile(v, 50), 1), "max_ms": round(max(v), 1)} for k, v in delays.items()}}
         print(json.dumps(out))
     finally:
         for p in procs:
