@@ -486,6 +486,19 @@ class ServiceConfig(_Section):
     capture: CaptureConfig = CaptureConfig()
 
 
+class TelemetryConfig(_Section):
+    """OpenTelemetry traces (:mod:`ragbudget.telemetry`): off by default; nothing is imported when off.
+    Empty values fall back to the standard variables (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER_ARG``);
+    ``OTEL_SDK_DISABLED=true`` turns tracing off whatever this says."""
+
+    enabled: bool = False
+    otlp_endpoint: str = ""  # OTLP/HTTP traces URL; "": the OTEL_* variables, else http://127.0.0.1:4318/v1/traces
+    service_name: str = ""  # "": OTEL_SERVICE_NAME, else "ragbudget"
+    sample_ratio: float | None = Field(None, ge=0, le=1)  # None: OTEL_TRACES_SAMPLER_ARG, else 1.0
+    export_timeout_s: float = Field(2.0, gt=0)  # a collector that is down costs at most this per batch
+
+
 class Config(_Section):
     tokenizer: TokenizerConfig = TokenizerConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -499,9 +512,15 @@ class Config(_Section):
     llm: LLMConfig = LLMConfig()
     cache: CacheConfig = CacheConfig()
     service: ServiceConfig = ServiceConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
     @model_validator(mode="after")
     def _condense_tier_exists(self) -> "Config":
+        cap = self.service.limits.max_tool_output_bytes
+        for q, text in self.llm.router.faq.items():
+            if len(text.encode("utf-8")) > cap:
+                raise ValueError(f"llm.router.faq[{q!r}] is {len(text.encode('utf-8'))} bytes, over "
+                                 f"service.limits.max_tool_output_bytes={cap}: shorten it or raise the limit")
         r = self.retrieval
         if r.condense == "llm":
             names = [t.name for t in self.llm.tiers if t.backend != "extractive"]

@@ -59,11 +59,12 @@ class ContextBuilder:
         ``max_tokens``: requested output tokens (default the mode's), clamped to the output section and
         ``output_limit``; ``rerank=False`` skips reranking and sentence scoring (degraded mode);
         ``retrieved_scale`` shrinks the retrieved budget (e.g. 0.5 under load); ``timings`` receives ms for
-        ``rerank``, ``trim``, ``prompt``; ``terms`` / ``term_weights``: the index's analyzer and idf for
+        ``budget`` (allocation and history), ``rerank``, ``trim``, ``prompt``; ``terms`` / ``term_weights``: the index's analyzer and idf for
         the lexical part of sentence scores (default: the BM25 analyzer, idf over the candidates).
         """
         cfg = self.config
         timings = timings if timings is not None else {}
+        t_budget = time.perf_counter()
         scorer = self.reranker if rerank else None
         if not isinstance(question, str) or not question.strip():
             raise QueryError("the question is empty", fix="pass a question with at least one word")
@@ -116,6 +117,7 @@ class ContextBuilder:
         rs = ledger.section("retrieved", alloc.retrieved)
         rs.budget = alloc.retrieved
         items = self._clean(retrieved, rs.notes, rs.dropped)
+        timings["budget"] = (time.perf_counter() - t_budget) * 1000
         t0 = time.perf_counter()
         ranked = rerank_items(question, items, scorer, cfg.rerank)
         timings["rerank"] = (time.perf_counter() - t0) * 1000
@@ -135,8 +137,10 @@ class ContextBuilder:
         rs.compressed.extend(trimmed.compressed)
         if not trimmed.kept:
             rs.notes.append("no documents reached the prompt" + (" (retrieval was empty)" if not items else ""))
+        t0 = time.perf_counter()
         prompt = build_prompt(cfg.prompt, self.tokenizer, question=question, context=trimmed.kept,
                               history=hist.messages, mode=mode, timestamp=timestamp, layout=cfg.prompt.layout)
+        timings["prompt"] = (time.perf_counter() - t0) * 1000
         rs.used = trimmed.used + (self._docs_overhead if trimmed.kept else 0)
         rs.items_in = len(trimmed.kept)
         os_ = ledger.section("output", alloc.output)

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+#: Part of every tool-cache key: bump it when a handler's answers change, so no stale answer is served.
+VERSION = "1"
 _NUM = r"[-+]?\d+(?:[.,]\d+)?(?:e[-+]?\d+)?"
 
 
@@ -25,6 +27,7 @@ class HandlerAnswer:
 
     text: str
     handler: str
+    cacheable: bool = True  # False when the answer depends on the clock ("what time is it")
 
 
 # ---------------------------------------------------------------- FAQ
@@ -210,4 +213,6 @@ def answer(question: str, *, faq: Mapping[str, str] | None = None,
         out = datetime_answer(question, now())
     except ValueError:
         out = None
-    return HandlerAnswer(out, "datetime") if out is not None else None
+    if out is None:
+        return None
+    return HandlerAnswer(out, "datetime", cacheable=re.search(_DATE, question) is not None)

@@ -24,8 +24,11 @@ class Metrics:
     def __init__(self, namespace: str = "ragbudget") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r, ns = self.registry, namespace
-        self.ttft = Histogram("ttft_ms", "Time to first token (ms)", ["route"], namespace=ns, registry=r,
-                              buckets=LATENCY_BUCKETS_MS)
+        self.ttft = Histogram("ttft_ms", "Time to first token (ms) in the pipeline, from the start of the query",
+                              ["route"], namespace=ns, registry=r, buckets=LATENCY_BUCKETS_MS)
+        self.server_ttft = Histogram("server_ttft_ms", "Time to first token (ms) from the request's arrival at the "
+                                     "server: admission queue and degradation included", ["route", "stream"],
+                                     namespace=ns, registry=r, buckets=LATENCY_BUCKETS_MS)
         self.itl = Histogram("inter_token_latency_ms", "Inter-token latency (ms)", ["route"], namespace=ns,
                              registry=r, buckets=ITL_BUCKETS_MS)
         self.e2e = Histogram("request_duration_ms", "End-to-end request time (ms)", ["route"], namespace=ns,
@@ -59,6 +62,8 @@ class Metrics:
         self.queue_depth = Gauge("admission_queue_depth", "Requests waiting for a slot", namespace=ns,
                                  registry=r)
         self.in_flight = Gauge("in_flight", "Requests holding a slot", namespace=ns, registry=r)
+        self.spans_dropped = Counter("trace_spans_dropped", "OpenTelemetry spans dropped because their export "
+                                     "failed (collector down or refusing)", namespace=ns, registry=r)
         self.errors = Counter("errors", "Requests answered with an error", ["type"], namespace=ns, registry=r)
         self.prefix_changes = Counter("static_prefix_changes", "Requests whose static prompt prefix differed from "
                                       "the previous one of its mode (a prefix-cache miss on every engine)",
@@ -105,6 +110,13 @@ class Metrics:
         self.admission.labels(tenant, priority, decision).inc()
         if queue_wait_ms is not None:
             self.queue_wait.labels(priority).observe(queue_wait_ms)
+
+    def observe_server_ttft(self, route: str, ttft_ms: float, *, stream: bool) -> None:
+        """TTFT as the client saw it: from arrival (before admission) to the first token or the answer."""
+        self.server_ttft.labels(route or "unknown", "true" if stream else "false").observe(ttft_ms)
+
+    def observe_spans_dropped(self, n: int) -> None:
+        self.spans_dropped.inc(max(0, n))
 
     def observe_error(self, error_type: str) -> None:
         self.errors.labels(error_type).inc()

@@ -44,6 +44,7 @@ from .microbatch import MicroBatcher
 from .prompt import PrefixMonitor, fingerprint, prefix_parts, static_prefix
 from .rerank import make_reranker
 from .route import RouteDecision, Routed, Router
+from .telemetry import Tracer, make_tracer
 from .tokens import Tokenizer
 from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Sampling, Scored, StreamEvent,
                     Timings, TokenEvent)
@@ -65,12 +66,14 @@ class RAG:
 
     Construction is light; :meth:`warm_up` (or the first query) loads the embedding model. ``generators``
     maps tier names to ready :class:`~ragbudget.llm.base.Generator` objects (e.g. a shared llama.cpp
-    model); other tiers are built from config. ``metrics`` receives every answer (the one metrics path).
+    model); other tiers are built from config. ``metrics`` receives every answer (the one metrics path);
+    ``tracer`` (default: from ``config.telemetry``, a no-op when off) turns each query's stage timings into spans.
     """
 
     def __init__(self, config: Config | str | os.PathLike[str] | None = None, *, index: str | None = None,
                  generators: Mapping[str, Generator] | None = None, embedder: SentenceTransformerEmbedder | None = None,
-                 cache: CacheLayers | None = None, metrics: Metrics | None = None) -> None:
+                 cache: CacheLayers | None = None, metrics: Metrics | None = None,
+                 tracer: Tracer | None = None) -> None:
         if config is None or isinstance(config, Config):
             self.config = config or Config()
         else:
@@ -82,6 +85,7 @@ class RAG:
         self._generators = dict(generators or {})
         self._cache = cache
         self.metrics = metrics if metrics is not None else Metrics()
+        self.tracer = tracer or make_tracer(self.config.telemetry, on_drop=self.metrics.observe_spans_dropped)
         self._router: Router | None = None
         self._builder: ContextBuilder | None = None
         # Impossible prompt settings (a mode's static prefix over the system budget) fail here, at
@@ -139,6 +143,7 @@ class RAG:
         _ = self.builder, self.router, self.cache
 
     def close(self) -> None:
+        self.tracer.shutdown()  # exports what is queued (bounded by telemetry.export_timeout_s)
         if self._indexes is not None:
             self._indexes.close()
         if self._cache is not None:
@@ -216,9 +221,7 @@ class RAG:
                     ledger.flags.append("retrieval_cache_hit")
                     return [Scored(chunk=c, score=s, fused_score=s) for c, (_, s) in zip(got, hit)]
         notes: list[str] = []
-        stage: dict[str, float] = {}
-        out = loaded.retriever.retrieve(question, k, timings=stage, notes=notes, filters=filters)
-        timings.stages.update(stage)
+        out = loaded.retriever.retrieve(question, k, timings=timings.stages, notes=notes, filters=filters)
         ledger.section("retrieved").notes.extend(notes)
         if rc is not None:
             rc.set(loaded.index.version, settings, question, [(s.chunk.id, s.score) for s in out])
@@ -277,6 +280,26 @@ class RAG:
         refusal, grounded) and escalates otherwise; it delays the first token, so streams default to
         False and :meth:`query` to True.
         """
+        trace = self.tracer.trace("query", **{"ragbudget.index": index or self.index_name, "ragbudget.tenant": tenant,
+                                              "ragbudget.mode": mode or self.config.prompt.default_mode})
+        try:
+            for ev in self._stream(question, trace.stages(), history=history, mode=mode, index=index, tenant=tenant,
+                                   degrade_level=degrade_level, max_tokens=max_tokens, task=task,
+                                   escalate=escalate, cancel=cancel, filters=filters, sampling=sampling):
+                if isinstance(ev, FinalEvent):
+                    trace.answer(ev.answer)
+                yield ev
+        except Exception as err:
+            trace.error(err)
+            raise
+        finally:
+            trace.end()
+
+    def _stream(self, question: str, stages: dict[str, float], *, history: Any, mode: str | None, index: str | None,
+                tenant: str, degrade_level: int, max_tokens: int | None, task: str | None, escalate: bool,
+                cancel: threading.Event | None, filters: Mapping[str, Any] | None,
+                sampling: Sampling | None) -> Iterator[StreamEvent]:
+        """The query path; ``stages`` receives each stage's duration (the tracer's dict when tracing)."""
         t_start = time.perf_counter()
         if not isinstance(question, str) or not question.strip():
             raise QueryError("the question is empty", fix="ask a question with at least one word")
@@ -289,10 +312,11 @@ class RAG:
         hist = coerce_history(history or [])
         mode_cfg = self.config.prompt.modes[mode]
         out_tokens = min(max_tokens or mode_cfg.max_tokens, mode_cfg.max_tokens if max_tokens is None else max_tokens)
-        timings, ledger = Timings(), Ledger(degrade_level=degrade_level)
+        timings, ledger = Timings(stages=stages), Ledger(degrade_level=degrade_level)
 
         # 1. deterministic handlers: code is right, no model, no retrieval
-        handled = self.router.handle(question)
+        handled = self.router.handle(question, tool_cache=self.cache.tool,
+                                     max_output_bytes=self.config.service.limits.max_tool_output_bytes)
         if handled is not None:
             ans = self._answer(question, handled, [], ledger, timings, t_start, built=None)
             yield from self._replay(ans)
@@ -375,6 +399,8 @@ class RAG:
             rs = self.router.stream(built.prompt, question=question, max_tokens=built.allocation.output,
                                     context=built.context, task=task, refit=refit, escalate=escalate and not small,
                                     small=small, **sampling.engine_kwargs())
+        timings.stages["route"] = _ms(t0)  # the tier plan (window checks, refits); generation starts here
+        t0 = time.perf_counter()
         finished = False
         try:
             for ev in rs:
@@ -494,7 +520,8 @@ class RAG:
                 put(err)
             put(end)
 
-        worker = threading.Thread(target=work, name="ragbudget-stream", daemon=True)
+        # tracing: the caller's span (the service's request) is the parent of the query's spans
+        worker = threading.Thread(target=self.tracer.bind(work), name="ragbudget-stream", daemon=True)
         worker.start()
         try:
             while True:

@@ -19,6 +19,7 @@ escalation, fallbacks and errors, estimated cost vs always-large) for ``ledger.r
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import re
 import threading
@@ -29,12 +30,18 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from .config import LLMConfig, TierConfig
 from .errors import BackendUnavailableError, GenerationError, GenerationTimeoutError, RoutingError
 from .breaker import CircuitBreaker
+from .cache.keys import digest
+from .errors import CacheError
+from .handlers import VERSION as HANDLERS_VERSION
+from .handlers import HandlerAnswer
 from .handlers import answer as handler_answer
 from .llm import AsyncGenerationStream, Generator, make_generator
 from .llm.counting import RatioCalibration, make_counter
 from .llm.extractive import terms
 from .tokens import Tokenizer
 from .types import Generation, Prompt, Scored, Timings, TokenEvent, Usage
+
+log = logging.getLogger("ragbudget")
 
 Refit = Callable[[int], Prompt]
 
@@ -201,13 +208,22 @@ class Router:
                 return f"low grounding ({len(ans & ctx)}/{len(ans)} answer terms in context)"
         return None
 
-    def handle(self, question: str) -> Routed | None:
-        """A deterministic handler's answer (no model), or None."""
+    def handle(self, question: str, *, tool_cache: Any = None, max_output_bytes: int | None = None) -> Routed | None:
+        """A deterministic handler's answer (no model), or None.
+
+        ``tool_cache`` (a :class:`~ragbudget.cache.ToolCache`) memoises answers that do not depend on the
+        clock, keyed by the normalised question and the FAQ table, shared by every process on the same cache
+        backend; an output over ``max_output_bytes`` (``service.limits.max_tool_output_bytes``) is not
+        used: the question goes on to retrieval and a model (logged)."""
         if not self.config.router.deterministic_handlers:
             return None
         t0 = time.perf_counter()
-        hit = handler_answer(question, faq=self.config.router.faq)
+        hit = self._handler_answer(question, tool_cache)
         if hit is None:
+            return None
+        if max_output_bytes is not None and len(hit.text.encode("utf-8")) > max_output_bytes:
+            log.warning("%s handler output of %d bytes is over service.limits.max_tool_output_bytes=%d: not used",
+                        hit.handler, len(hit.text.encode("utf-8")), max_output_bytes)
             return None
         ms = (time.perf_counter() - t0) * 1000
         gen = Generation(text=hit.text, usage=Usage(), timings=Timings(stages={"handler": ms}, ttft_ms=ms,
@@ -215,6 +231,27 @@ class Router:
                          model=hit.handler, backend="handler")
         return Routed(gen, RouteDecision(tier=f"handler:{hit.handler}", reason=f"{hit.handler} handler",
                                          backend="handler", model=hit.handler, handler=hit.handler))
+
+    def _handler_answer(self, question: str, tool_cache: Any) -> HandlerAnswer | None:
+        faq = self.config.router.faq
+        if getattr(self, "_faq_fp", None) is None:
+            self._faq_fp = digest(sorted(faq.items()))  # config is immutable: once per router
+        args = {"question": " ".join(question.lower().split()), "faq": self._faq_fp}
+        if tool_cache is not None:
+            try:
+                found, value = tool_cache.get("handlers", args, HANDLERS_VERSION)
+            except CacheError as err:  # a broken cache never stops a handler
+                log.warning("tool cache lookup failed: %s", err)
+                found, value = False, None
+            if found and isinstance(value, dict):
+                return HandlerAnswer(**value)
+        hit = handler_answer(question, faq=faq)
+        if tool_cache is not None and hit is not None and hit.cacheable:  # only answers: no write per query
+            try:
+                tool_cache.set("handlers", args, asdict(hit), HANDLERS_VERSION)
+            except CacheError as err:
+                log.warning("could not cache a handler answer: %s", err)
+        return hit
 
     # ------------------------------------------------------------ running one tier
     def _events(self, tier: TierConfig, prompt: Prompt, *, max_tokens: int, temperature: float,

@@ -129,10 +129,17 @@ def _admission_rejected(state: ServiceState, pq: PreparedQuery, err: AdmissionEr
 @contextlib.asynccontextmanager
 async def admitted(state: ServiceState, pq: PreparedQuery) -> AsyncIterator[tuple[int, float]]:
     """Hold an admission slot; yields (degrade_level, queue_wait_ms). Keeps the load gauges current."""
+    t_admit = time.perf_counter()
+    tracer = state.rag.tracer if state.rag is not None else None
     try:
         async with state.admission.admit(pq.tenant, priority=pq.priority, est_tokens=pq.est_tokens,
                                          checked=pq.checked) as t:
             state.metrics.observe_admission(pq.tenant, pq.priority, t.decision, t.queue_wait_ms)
+            if tracer is not None:
+                tracer.record("admission", t_admit, **{"ragbudget.admission.decision": t.decision,
+                                                       "ragbudget.admission.queue_wait_ms": t.queue_wait_ms,
+                                                       "ragbudget.degrade_level": t.degrade_level,
+                                                       "ragbudget.priority": pq.priority})
             state.in_flight += 1
             state.update_load_metrics()
             try:
@@ -141,6 +148,9 @@ async def admitted(state: ServiceState, pq: PreparedQuery) -> AsyncIterator[tupl
                 state.in_flight -= 1
                 state.update_load_metrics()
     except AdmissionError as err:
+        if tracer is not None:
+            tracer.record("admission", t_admit, **{"ragbudget.admission.decision": "rejected",
+                                                   "ragbudget.priority": pq.priority})
         _admission_rejected(state, pq, err, stream=pq.checked)  # only a stream is prechecked
         raise
 
@@ -158,14 +168,16 @@ def precheck(state: ServiceState, pq: PreparedQuery) -> None:
 async def answer_once(state: ServiceState, pq: PreparedQuery) -> tuple[Answer, dict[str, Any]]:
     """Admit, answer (non-streaming), record metrics."""
     rag = require_rag(state)
-    arrival, t0 = time.time(), time.perf_counter()
-    async with admitted(state, pq) as (level, wait_ms):
-        answer = await rag.aquery(pq.question, **pq.kwargs(level))
+    arrival, t0 = pq.arrival, pq.started  # TTFT counts from arrival: admission queue included
+    with rag.tracer.request("request", **{"ragbudget.tenant": pq.tenant, "ragbudget.stream": False}):
+        async with admitted(state, pq) as (level, wait_ms):
+            answer = await rag.aquery(pq.question, **pq.kwargs(level))
     state.admission.settle(pq.tenant, charged=pq.est_tokens, actual=pq.actual_tokens(answer))
     # the ladder sees what the client saw (queue wait included); the pipeline records the answer in Metrics
-    state.admission.record_ttft((time.perf_counter() - t0) * 1000)
-    _capture(state, pq, answer, arrival=arrival, t0=t0, ttft_ms=(time.perf_counter() - t0) * 1000,
-             wait_ms=wait_ms, level=level, stream=False)
+    ttft_ms = (time.perf_counter() - t0) * 1000
+    state.admission.record_ttft(ttft_ms)
+    state.metrics.observe_server_ttft(answer.route, ttft_ms, stream=False)
+    _capture(state, pq, answer, arrival=arrival, t0=t0, ttft_ms=ttft_ms, wait_ms=wait_ms, level=level, stream=False)
     return answer, _extras(answer, pq, wait_ms, level)
 
 
@@ -175,25 +187,27 @@ async def answer_stream_chunks(state: ServiceState, pq: PreparedQuery
     :meth:`RAG.astream_chunks`): a route writes each list as one chunk. Closing this generator (client
     gone) closes the pipeline's stream, which cancels generation, and gives the admission slot back."""
     rag = require_rag(state)
-    arrival, t0 = time.time(), time.perf_counter()
+    arrival, t0 = pq.arrival, pq.started  # TTFT counts from arrival: admission queue included
     ttft_ms = None
-    async with admitted(state, pq) as (level, wait_ms):
-        yield [(ProgressEvent("admitted", f"degrade level {level}, queued {wait_ms:.0f} ms"), {})]
-        async with contextlib.aclosing(rag.astream_chunks(pq.question, **pq.kwargs(level))) as chunks:
-            async for chunk in chunks:
-                out: list[tuple[StreamEvent, dict[str, Any]]] = []
-                for ev in chunk:
-                    if ttft_ms is None and isinstance(ev, (TokenEvent, FinalEvent)):
-                        ttft_ms = (time.perf_counter() - t0) * 1000
-                        state.admission.record_ttft(ttft_ms)
-                    extras = {}
-                    if isinstance(ev, FinalEvent):
-                        extras = _extras(ev.answer, pq, wait_ms, level, ttft_ms)
-                        state.admission.settle(pq.tenant, charged=pq.est_tokens, actual=pq.actual_tokens(ev.answer))
-                        _capture(state, pq, ev.answer, arrival=arrival, t0=t0, ttft_ms=ttft_ms, wait_ms=wait_ms,
-                                 level=level, stream=True)
-                    out.append((ev, extras))
-                yield out
+    with rag.tracer.request("request", **{"ragbudget.tenant": pq.tenant, "ragbudget.stream": True}):
+        async with admitted(state, pq) as (level, wait_ms):
+            yield [(ProgressEvent("admitted", f"degrade level {level}, queued {wait_ms:.0f} ms"), {})]
+            async with contextlib.aclosing(rag.astream_chunks(pq.question, **pq.kwargs(level))) as chunks:
+                async for chunk in chunks:
+                    out: list[tuple[StreamEvent, dict[str, Any]]] = []
+                    for ev in chunk:
+                        if ttft_ms is None and isinstance(ev, (TokenEvent, FinalEvent)):
+                            ttft_ms = (time.perf_counter() - t0) * 1000
+                            state.admission.record_ttft(ttft_ms)
+                        extras = {}
+                        if isinstance(ev, FinalEvent):
+                            extras = _extras(ev.answer, pq, wait_ms, level, ttft_ms)
+                            state.metrics.observe_server_ttft(ev.answer.route, ttft_ms or 0.0, stream=True)
+                            state.admission.settle(pq.tenant, charged=pq.est_tokens, actual=pq.actual_tokens(ev.answer))
+                            _capture(state, pq, ev.answer, arrival=arrival, t0=t0, ttft_ms=ttft_ms, wait_ms=wait_ms,
+                                     level=level, stream=True)
+                        out.append((ev, extras))
+                    yield out
 
 
 def sse_bytes(event: str | None, data: Any) -> bytes:
