@@ -192,9 +192,15 @@ def create_index_tables(conn: psycopg.Connection, schema: str, index_id: int, di
         valid_to bigint)""").format(t))
 
 
+HNSW_BUILD_MEMORY = "1GB"  # maintenance_work_mem for the first bulk HNSW build
+
+
 def create_search_indexes(conn: psycopg.Connection, schema: str, index_id: int, m: int, ef_construction: int) -> None:
     """HNSW + posting indexes, built after the first bulk load (a bulk build is much faster than inserts)."""
     c, p, t = (table(schema, k, index_id) for k in ("chunks", "postings", "terms"))
+    # pgvector builds the graph in memory while it fits in maintenance_work_mem (default 64 MB, ~40k 384-d
+    # vectors) and far more slowly past it; this transaction only
+    conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")
     conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (embedding vector_ip_ops) WITH (m = {}, "
                          "ef_construction = {})").format(c, sql.Literal(int(m)), sql.Literal(int(ef_construction))))
     conn.execute(sql.SQL("CREATE INDEX ON {} (term) INCLUDE (row_id, tf, dl, valid_from, valid_to)").format(p))
