@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ragbudget.config import Config  # noqa: E402
-from ragbudget.eval.metrics import dedupe, ndcg_at_k  # noqa: E402
+from ragbudget.eval.ranking import dedupe, ndcg_at_k  # noqa: E402
 from ragbudget.stats import percentile  # noqa: E402
 from ragbudget.types import Document  # noqa: E402
 

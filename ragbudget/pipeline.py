@@ -34,13 +34,13 @@ from .history import coerce_history
 from .index import IngestReport, ProgressFn
 from .index.filters import Filters, parse_filters
 from .index.filters import fingerprint as filter_fingerprint
-from .indexes import IndexRegistry, LoadedIndex
+from .index_registry import IndexRegistry, LoadedIndex
 from .ingest.paths import PathPolicy
 from .llm import make_generator, make_prompt
 from .llm.base import Generator, GenerationStream
-from .kvcache import check_config as check_kv
+from .kv_memory import check_config as check_kv
 from .metrics import Metrics
-from .microbatch import MicroBatcher
+from .embed_microbatch import MicroBatcher
 from .prompt import PrefixMonitor, fingerprint, prefix_parts, static_prefix
 from .rerank import make_reranker
 from .route import RouteDecision, Routed, Router

@@ -10,7 +10,7 @@ import pytest
 
 from ragbudget.cli import main
 from ragbudget.errors import IngestError
-from ragbudget.eval.metrics import dedupe, mrr_at_k, ndcg_at_k, percentile, recall_at_k
+from ragbudget.eval.ranking import dedupe, mrr_at_k, ndcg_at_k, percentile, recall_at_k
 from ragbudget.eval.retrieval import METRIC_KEYS, load_beir
 
 from fixtures_retrieval import cranfield_subset, write_beir

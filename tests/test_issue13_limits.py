@@ -15,7 +15,7 @@ from redis_fixture import start_redis, stop_redis
 
 from ragbudget import RAG
 from ragbudget.admission import MemoryBuckets, RedisBuckets
-from ragbudget.batch import parse_item
+from ragbudget.batch_queries import parse_item
 from ragbudget.cache import RedisBackend
 from ragbudget.cli import main as cli_main
 from ragbudget.config import Config, load_config, question_limit

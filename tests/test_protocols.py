@@ -21,7 +21,7 @@ from ragbudget.eval.retrieval_bench import _EncodeEveryQuery
 from ragbudget.eval.tuning import _MemoEmbedder
 from ragbudget.llm import ExtractiveGenerator, LlamaCppGenerator, OpenAIGenerator, make_prompt
 from ragbudget.llm.base import Generator
-from ragbudget.microbatch import MicroBatcher
+from ragbudget.embed_microbatch import MicroBatcher
 from ragbudget.rerank import BiEncoderReranker, CrossEncoderReranker, Reranker
 from ragbudget.types import Chunk, Generation, Scored, TokenEvent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragbudget.eval import metrics
+from ragbudget.eval import ranking
 from ragbudget.stats import percentile
 
 
@@ -28,4 +28,4 @@ def test_percentile_of_nothing_and_bad_q():
 
 
 def test_eval_metrics_reexports_the_same_function():
-    assert metrics.percentile is percentile
+    assert ranking.percentile is percentile

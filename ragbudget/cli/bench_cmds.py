@@ -16,7 +16,7 @@ from ..config import Config, load_config
 from ..embed import EmbeddingCache, SentenceTransformerEmbedder
 from ..errors import ConfigError
 from ..index import list_indexes
-from ..kvcache import check_config, summary_rows
+from ..kv_memory import check_config, summary_rows
 from ..pipeline import RAG
 from ..eval import compare as compare_mod
 from ..eval import headline, microbatch_bench

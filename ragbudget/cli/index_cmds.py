@@ -20,7 +20,7 @@ from ..config import Config, load_config
 from ..eval.retrieval import evaluate, load_beir
 from ..index import HybridIndex, IngestReport, default_embedder
 from ..index.filters import parse_filters
-from ..indexes import IndexRegistry
+from ..index_registry import IndexRegistry
 from ..retrieve import MODES, HybridRetriever
 from .filter_args import add_filter_args, filters_from_args
 

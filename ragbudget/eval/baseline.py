@@ -27,7 +27,7 @@ from ..embed import Embedder
 from ..errors import IngestError
 from ..tokens import Tokenizer, ensure_offline_cache
 from .answers import contains_answer, load_questions
-from .metrics import dedupe, ndcg_at_k, percentile
+from .ranking import dedupe, ndcg_at_k, percentile
 from .retrieval import load_beir
 
 SEP = "\n\n"

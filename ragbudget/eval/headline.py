@@ -39,7 +39,7 @@ from ..pipeline import RAG
 from ..tokens import Tokenizer
 from .answers import contains_answer, load_questions
 from .baseline import build_baseline, eval_answers, eval_retrieval, read_corpus
-from .metrics import dedupe, ndcg_at_k, percentile
+from .ranking import dedupe, ndcg_at_k, percentile
 from .replay import LibraryTarget, replay
 from .retrieval import load_beir
 from .traffic import generate

@@ -1,4 +1,4 @@
-"""Query-embedding latency under concurrency, unbatched vs :class:`~ragbudget.microbatch.MicroBatcher`.
+"""Query-embedding latency under concurrency, unbatched vs :class:`~ragbudget.embed_microbatch.MicroBatcher`.
 
     python -m ragbudget.eval.microbatch_bench --requests 64 --concurrency 1 4 8 16 --wait 0 2 5 --rounds 3
 
@@ -19,8 +19,8 @@ from typing import Any, Callable, Sequence
 
 from ..config import EmbeddingConfig
 from ..embed import SentenceTransformerEmbedder
-from ..microbatch import MicroBatcher
-from .metrics import percentile
+from ..embed_microbatch import MicroBatcher
+from .ranking import percentile
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "eval"
 

@@ -23,7 +23,7 @@ from rich.table import Table
 from ..errors import AdmissionError, RagBudgetError
 from ..pipeline import RAG
 from ..types import FinalEvent, Message, TokenEvent
-from .metrics import percentile
+from .ranking import percentile
 from .traffic import TrafficRecord, history_for
 
 SEARCH_STAGES = ("embed", "dense", "sparse")  # one query embedding plus the index searches

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..errors import IngestError
 from ..retrieve import HybridRetriever
-from .metrics import dedupe, mrr_at_k, ndcg_at_k, percentile, recall_at_k
+from .ranking import dedupe, mrr_at_k, ndcg_at_k, percentile, recall_at_k
 
 METRIC_KEYS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "queries",
                "latency_ms_p50", "latency_ms_p95", "latency_ms_p99")

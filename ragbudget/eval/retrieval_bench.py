@@ -22,7 +22,7 @@ from ..config import load_config
 from ..embed import SentenceTransformerEmbedder
 from ..index import HybridIndex, default_embedder
 from ..retrieve import HybridRetriever
-from .metrics import percentile
+from .ranking import percentile
 from .retrieval import evaluate, load_beir
 
 MODES = ("bm25", "dense", "hybrid")

@@ -23,7 +23,7 @@ from ..config import Config, load_config
 from ..errors import RagBudgetError
 from ..eval.capture import open_capture
 from ..pipeline import RAG
-from . import batches, heap, ingest, openai_compat, ops, query
+from . import batch_jobs, heap, ingest, openai_compat, ops, query
 from .errors import error_body, install_error_handlers
 from .state import ServiceState
 
@@ -113,7 +113,7 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
                 state.heap_frozen = True
             state.capture = open_capture(config.service.capture.path, config.service.capture.redact)
             state.ready = True
-            resumed = batches.resume_pending(state)
+            resumed = batch_jobs.resume_pending(state)
             if resumed:
                 log.info("resumed batch jobs: %s", resumed)
         except RagBudgetError as err:
@@ -131,7 +131,7 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
                   description="RAG under explicit token budgets: query, OpenAI-compatible chat, ingest, batches.")
     app.state.svc = state
     install_error_handlers(app)
-    for r in (query.router, openai_compat.router, ingest.router, batches.router, ops.router):
+    for r in (query.router, openai_compat.router, ingest.router, batch_jobs.router, ops.router):
         app.include_router(r)
     app.add_middleware(BodyLimit, max_bytes=config.service.limits.max_body_bytes)
     return app
