@@ -60,7 +60,8 @@ def cite(text: str, context: Sequence[Scored]) -> tuple[list[Scored], list[str]]
 
 
 def as_cache_hit(cached: Answer, *, layer: str, question: str, lookup_ms: float, total_ms: float) -> Answer:
-    """A stored answer as served from the cache: zero usage and cost; what it saved in ``ledger.saved``."""
+    """A stored answer as served from the cache: zero usage and cost; what it saved in ``ledger.saved``. Its
+    TTFT is the time to serve it (the whole answer is ready at once), so latency reports include hits."""
     led = cached.ledger
     route = dict(led.route)
     u = cached.usage
@@ -72,7 +73,7 @@ def as_cache_hit(cached: Answer, *, layer: str, question: str, lookup_ms: float,
     led.cache_layer = layer
     led.prompt = {k: v for k, v in led.prompt.items() if not k.startswith("engine_")}
     return replace(cached, usage=Usage(), cache_layer=layer, question=question, ledger=led,
-                   timings=Timings(stages={"cache_response": lookup_ms}, total_ms=total_ms))
+                   timings=Timings(stages={"cache_response": lookup_ms}, ttft_ms=total_ms, total_ms=total_ms))
 
 
 def not_cacheable(ans: Answer, config: Config) -> str | None:
