@@ -1,0 +1,10 @@
+"""The base of every config section: unknown keys are errors, assignments are validated."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+

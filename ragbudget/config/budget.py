@@ -1,0 +1,131 @@
+"""Config sections of the prompt: token budgets per section, trimming, prompt layout and response modes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ..errors import BudgetConfigError
+from .base import _Section
+
+
+class SectionBudget(_Section):
+    cap: int | None = Field(None, ge=0)  # absolute tokens
+    ratio: float | None = Field(None, ge=0, le=1)  # share of the window
+    min: int = Field(0, ge=0)
+
+
+class BudgetConfig(_Section):
+    context_window: int = Field(8192, ge=128)
+    system: SectionBudget = SectionBudget(cap=512)
+    history: SectionBudget = SectionBudget(cap=1024)
+    retrieved: SectionBudget = SectionBudget(cap=1000)
+    question: SectionBudget = SectionBudget(cap=256)
+    output: SectionBudget = SectionBudget(cap=512)
+    # Lending: unused budget of the first section flows to the second, in order.
+    # Unused budget is lent along these (lender, borrower) pairs. None by default: a budget is a ceiling,
+    # and lending unused history to the retrieved section would only make the prompt longer.
+    lend: list[tuple[str, str]] = []
+    strict: bool = False  # True: a question over its budget is an error, not a truncation
+    safety_margin: int = Field(16, ge=0)  # chat-template overhead per request
+
+    @model_validator(mode="after")
+    def _fits_window(self) -> "BudgetConfig":
+        names = ("system", "history", "retrieved", "question", "output")
+        total = 0
+        for n in names:
+            s: SectionBudget = getattr(self, n)
+            if s.cap is None and s.ratio is None:
+                raise BudgetConfigError(f"budget.{n}: set cap or ratio",
+                                        fix=f"give budget.{n} a cap (tokens) or a ratio (share of the window)")
+            fixed = s.cap if s.cap is not None else int(s.ratio * self.context_window)  # type: ignore[operator]
+            if s.min > fixed:
+                raise BudgetConfigError(f"budget.{n}.min ({s.min}) exceeds its cap ({fixed})",
+                                        fix=f"lower budget.{n}.min or raise its cap")
+            if n == "output" and fixed < 1:  # (the question's room is checked with its limit, in Config)
+                src = "cap" if s.cap is not None else f"ratio × context_window ({s.ratio} × {self.context_window})"
+                raise BudgetConfigError(f"budget.{n}: {src} gives {fixed} tokens; the {n} needs at least 1",
+                                        fix=f"set budget.{n}.cap to a positive number of tokens")
+            total += fixed
+        total += self.safety_margin
+        if total > self.context_window:
+            raise BudgetConfigError(
+                f"budget sections add up to {total} tokens, over budget.context_window={self.context_window}",
+                fix="lower a section's cap/ratio or raise budget.context_window")
+        for a, b in self.lend:
+            if a not in names or b not in names:
+                raise BudgetConfigError(f"budget.lend: unknown section in ({a!r}, {b!r}); use {names}",
+                                        fix=f"name sections from {names} in budget.lend")
+        return self
+
+    def section_tokens(self, name: str) -> int:
+        """A section's configured ceiling in tokens (its cap, else ratio × context_window)."""
+        s: SectionBudget = getattr(self, name)
+        return s.cap if s.cap is not None else int((s.ratio or 0.0) * self.context_window)
+
+
+#: Tokens the prompt spends on the "Question: " label (the builder counts them with the question).
+QUESTION_LABEL_TOKENS = 4
+
+
+class TrimConfig(_Section):
+    sentence_selection: bool = True
+    order: Literal["relevance", "edges"] = "relevance"
+    min_sentence_score: float = 0.0
+    # sentence score = sentence_weight × cosine(question, sentence) + lexical_weight × the share of the
+    # question's term weight (BM25 idf) the sentence holds + rank_prior / (1 + chunk rank / 3)
+    sentence_weight: float = Field(1.0, ge=0, le=4)
+    lexical_weight: float = Field(1.0, ge=0, le=4)
+    rank_prior: float = Field(0.3, ge=0, le=4)
+    # A budget is a ceiling: stop adding sentences once the next one scores under evidence_floor × the best
+    # one (0 fills the budget). Sentences within window_floor × best bring their neighbours (sentence_window
+    # on each side) so a pronoun's referent comes along.
+    adaptive: bool = True
+    evidence_floor: float = Field(0.65, ge=0, le=1)
+    sentence_window: int = Field(1, ge=0, le=5)
+    window_floor: float = Field(0.9, ge=0, le=1)
+    # ...and once the context holds coverage_stop of the question's term weight (idf), a sentence under
+    # coverage_floor × best is not needed either
+    coverage_stop: float = Field(0.9, ge=0, le=1)
+    coverage_floor: float = Field(0.8, ge=0, le=1)
+    # parent/child: when the best sentence holds under parent_confidence of the question's term weight, its
+    # whole chunk goes in, if the chunk takes at most parent_share of the budget (0 turns this off)
+    parent_share: float = Field(0.5, ge=0, le=1)
+    parent_confidence: float = Field(0.9, ge=0, le=1)
+    # a sentence whose terms overlap a kept one's this much (Jaccard) is a near-duplicate and left out
+    duplicate_similarity: float = Field(0.8, ge=0, le=1)
+    history_recent_turns: int = Field(4, ge=0)
+    history_compression: Literal["extractive", "llm", "none"] = "extractive"
+    # share of the history budget that compressed older turns may take (the rest keeps recent turns verbatim)
+    history_summary_share: float = Field(0.3, ge=0, le=1)
+
+
+class ModeConfig(_Section):
+    max_tokens: int = Field(256, ge=1)
+    instruction: str = ""
+
+
+class PromptConfig(_Section):
+    version: str = "v1"
+    system: str = (
+        "You are a careful assistant. Answer the question using only the documents provided in the "
+        "context. Cite sources as [n]. If the documents do not contain the answer, say so."
+    )
+    policies: list[str] = []
+    tools: list[str] = []
+    few_shot: list[dict[str, str]] = []
+    fixed_docs: list[str] = []
+    structured_output: bool = False
+    layout: Literal["static-first", "variable-first"] = "static-first"  # variable-first: for benchmarks
+    modes: dict[str, ModeConfig] = {
+        "concise": ModeConfig(max_tokens=128, instruction="Answer in one or two sentences."),
+        "detailed": ModeConfig(max_tokens=512, instruction="Answer thoroughly, with citations."),
+    }
+    default_mode: str = "concise"
+
+    @model_validator(mode="after")
+    def _default_mode_known(self) -> "PromptConfig":
+        if self.default_mode not in self.modes:
+            raise ValueError(f"default_mode {self.default_mode!r} is not one of {sorted(self.modes)}")
+        return self

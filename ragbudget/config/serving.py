@@ -1,0 +1,146 @@
+"""Config sections of serving: caches, tenants and limits, admission control, traffic capture, the
+HTTP service, telemetry."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .base import _Section
+
+
+class SemanticCacheConfig(_Section):
+    enabled: bool = True
+    # Cosine (normalised MiniLM embeddings) a stored question needs; set from the MRPC sweep in
+    # BENCHMARKS.md ("Caches (issue 5)") together with the guards below.
+    threshold: float = Field(0.82, ge=0, le=1)
+    guards: bool = True  # master switch for the lexical guards
+    guard_numbers: bool = True
+    guard_entities: bool = True
+    guard_negation: bool = True
+    guard_content: bool = True
+    max_unmatched_words: int = Field(0, ge=0)  # content guard: extra words allowed per side...
+    max_unmatched_ratio: float = Field(0.2, ge=0, le=1)  # ...or this share of that side's content words
+    # Contrast verifier (ragbudget/cache/contrast.py, issue 13): the words in which two questions differ
+    # must be evidence of the same question (antonyms, degree, direction, units, roles, substitutions).
+    guard_contrast: bool = True
+    max_entries: int = Field(10000, ge=1)
+
+
+class CacheConfig(_Section):
+    backend: Literal["memory", "sqlite", "redis"] = "memory"
+    path: str = ".ragbudget/cache.sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_timeout_s: float = Field(0.25, gt=0)
+    redis_cooldown_s: float = Field(1.0, ge=0)  # after a Redis failure, skip it this long
+    redis_prefix: str = "ragbudget:"
+    response: bool = True
+    retrieval: bool = True
+    ttl_s: float = Field(86400.0, gt=0)
+    retrieval_ttl_s: float = Field(3600.0, gt=0)
+    tool: bool = True
+    tool_ttl_s: float = Field(300.0, gt=0)
+    max_entries: int = Field(100000, ge=1)
+    max_value_bytes: int = Field(1_000_000, ge=1)
+    semantic: SemanticCacheConfig = SemanticCacheConfig()
+
+
+class TenantConfig(_Section):
+    name: str
+    # the folder this tenant may ingest from (relative to service.document_root, or absolute); None: the
+    # whole document_root. Give each tenant its own when tenants must not read each other's files.
+    document_root: str | None = None
+    api_keys: list[str] = []
+    indexes: list[str] = ["default"]
+    requests_per_s: float = Field(20.0, gt=0)
+    burst: int = Field(40, ge=1)
+    tokens_per_s: float = Field(20000.0, gt=0)
+    token_burst: int = Field(40000, ge=1)  # bucket size for tokens; a larger request is clamped to it
+
+
+class LimitsConfig(_Section):
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    # None: the question budget decides (budget.question minus its label); a number may only be lower.
+    # The one question limit, :func:`question_limit`, is enforced the same way by the library and the API.
+    max_question_tokens: int | None = Field(None, ge=1)
+    max_history_turns: int = Field(50, ge=0)
+    max_output_tokens: int = Field(2048, ge=1)
+    max_concurrent: int = Field(16, ge=1)
+    max_tool_output_bytes: int = Field(65536, ge=1)
+
+
+class AdmissionConfig(_Section):
+    enabled: bool = True
+    backend: Literal["memory", "redis"] = "memory"
+    queue_size: int = Field(64, ge=1)
+    slo_ttft_p95_ms: float = Field(2000.0, gt=0)
+    slo_queue_wait_ms: float = Field(500.0, gt=0)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_timeout_s: float = Field(0.25, gt=0)
+    redis_cooldown_s: float = Field(1.0, ge=0)  # after a Redis failure, skip it this long
+    redis_prefix: str = "ragbudget:"
+    key_prefix: str = "ragbudget:rl:"
+    window_s: float = Field(30.0, gt=0)  # sliding window for queue-wait / TTFT P95
+    min_samples: int = Field(5, ge=1)  # fewer samples in the window: level 0
+    # ratio of measured P95 to SLO at which levels 1..5 start (ascending)
+    thresholds: list[float] = [1.0, 1.25, 1.5, 2.0, 3.0]
+    batch_share: float = Field(0.25, gt=0, le=1)  # share of concurrency slots batch work may hold
+    # batch work is shed from this level on: 1 = as soon as interactive traffic misses its SLO (batch work
+    # waits and retries; it is resumable), so batch load cannot keep interactive latency over the SLO
+    batch_reject_level: int = Field(1, ge=1, le=5)
+    queue_timeout_s: float = Field(10.0, gt=0)  # waiting longer in the queue → 429
+    # refuse at once when the estimated wait (mean slot hold time × queue position) is over queue_timeout_s
+    reject_expected_wait: bool = True
+    reject_retry_after_s: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _thresholds_ascending(self) -> "AdmissionConfig":
+        t = self.thresholds
+        if len(t) != 5 or any(b < a for a, b in zip(t, t[1:])) or t[0] <= 0:
+            raise ValueError(f"admission.thresholds must be 5 ascending positive ratios, got {t}")
+        return self
+
+
+class CaptureConfig(_Section):
+    """Opt-in traffic capture: one JSONL line per served request, replayable with ``ragbudget bench replay``
+    (see :mod:`ragbudget.eval.capture`). ``redact``: the question as asked (none), its sha256 (hash; repeats
+    stay repeats), or nothing of it (drop)."""
+
+    path: str | None = None
+    redact: Literal["none", "hash", "drop"] = "none"
+
+
+class ServiceConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    workers: int = Field(1, ge=1)
+    auth: bool = False
+    document_root: str = "."
+    # ingest refuses symbolic links (403 symlink_refused); true follows links that stay inside the root
+    follow_symlinks: bool = False
+    api_keys_env: str = "RAGBUDGET_API_KEYS"  # "key:tenant,key2:tenant2" adds keys from the environment
+    batch_dir: str = ".ragbudget/batches"
+    max_batch_lines: int = Field(10000, ge=1)
+    preload_indexes: bool = True  # load every index under index.dir before /readyz answers 200
+    # `ragbudget serve` only: after start-up, move the loaded models and indexes out of the cyclic garbage
+    # collector's reach (gc.freeze). A full collection over them stalls every request for ~0.4 s.
+    gc_freeze: bool = True
+    # Without auth every request is the "default" tenant, which may query every index ("*").
+    tenants: list[TenantConfig] = [TenantConfig(name="default", indexes=["*"])]
+    limits: LimitsConfig = LimitsConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    capture: CaptureConfig = CaptureConfig()
+
+
+class TelemetryConfig(_Section):
+    """OpenTelemetry traces (:mod:`ragbudget.telemetry`): off by default; nothing is imported when off.
+    Empty values fall back to the standard variables (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER_ARG``);
+    ``OTEL_SDK_DISABLED=true`` turns tracing off whatever this says."""
+
+    enabled: bool = False
+    otlp_endpoint: str = ""  # OTLP/HTTP traces URL; "": the OTEL_* variables, else http://127.0.0.1:4318/v1/traces
+    service_name: str = ""  # "": OTEL_SERVICE_NAME, else "ragbudget"
+    sample_ratio: float | None = Field(None, ge=0, le=1)  # None: OTEL_TRACES_SAMPLER_ARG, else 1.0
+    export_timeout_s: float = Field(2.0, gt=0)  # a collector that is down costs at most this per batch
