@@ -30,6 +30,7 @@ from typing import AsyncIterator, Callable, Literal
 
 from .buckets import Buckets, MemoryBuckets, RedisBuckets, make_buckets
 from .config import AdmissionConfig, LimitsConfig, TenantConfig
+from .degrade import REJECT
 from .errors import AdmissionError
 from .stats import percentile
 
@@ -284,7 +285,7 @@ class AdmissionController:
         level, prio = self.level, PRIORITIES[priority]
         # Shedding refuses what would have to queue; a free slot is still used, so the measurements that
         # drive the ladder keep coming and throughput stays at capacity while the excess gets a prompt 429.
-        if (level >= 5 or (prio and level >= self.cfg.batch_reject_level)) and self.limiter.would_wait(prio):
+        if (level >= REJECT or (prio and level >= self.cfg.batch_reject_level)) and self.limiter.would_wait(prio):
             raise AdmissionError(f"overloaded (degrade level {level}); request shed",
                                  retry_after_s=self.cfg.reject_retry_after_s, fix="retry after Retry-After")
         self.check_rate(tenant, est_tokens)

@@ -3,24 +3,33 @@
 ``ContextBuilder(config, tokenizer, reranker).build(question, retrieved, history, mode, window=None)``
 returns a :class:`BuiltContext`. The router re-fits to a smaller model by calling ``build`` again with
 ``window=`` (and ``output_limit=`` for that tier's max output).
+
+:class:`ContextStage` is the pipeline's step: it builds one request's context from its
+:class:`~ragbudget.request.QueryRequest` (degrade plan included) and hands the router a ``refit`` that
+re-builds it for a smaller window; :meth:`Fitted.sent` gives back the context of the prompt actually sent.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
 
 from .budget import SECTIONS, allocate, lend, section_limit
 from .config import Config
 from .errors import BudgetConfigError, BudgetError, QueryError
 from .history import Summarize, coerce_history, fit_history
-from .prompt import build_prompt, doc_header, static_prefix
+from .index_registry import LoadedIndex
+from .prompt import PrefixMonitor, build_prompt, doc_header, prefix_parts, static_prefix
 from .rerank import Reranker
 from .rerank import rerank as rerank_items
+from .request import QueryRequest
 from .tokens import Tokenizer
 from .trim import SentencePlan, TermsFn, WeightsFn
-from .types import Allocation, Ledger, Prompt, Scored
+from .types import Allocation, Ledger, Prompt, Scored, Timings
+
+log = logging.getLogger("ragbudget")
 
 
 @dataclass
@@ -199,3 +208,58 @@ def validate_config(config: Config, tokenizer: Tokenizer) -> list[str]:
 
 
 __all__ = ["BuiltContext", "ContextBuilder", "coerce_history", "validate_config"]
+
+
+@dataclass
+class Fitted:
+    """One request's built context, and how to re-fit it to a smaller window (the router's ``refit``)."""
+
+    built: BuiltContext
+    _rebuild: Callable[[int, Ledger], BuiltContext]
+    _before: Ledger  # the ledger as the request knew it before the build: each refit starts from it
+    _refits: dict[str, tuple[BuiltContext, Ledger, int]] = field(default_factory=dict)
+
+    def refit(self, window: int) -> Prompt:
+        led = Ledger.from_dict(self._before.to_dict())
+        b = self._rebuild(window, led)
+        self._refits[b.prompt.text] = (b, led, window)  # the answer must describe the context that was sent
+        return b.prompt
+
+    def sent(self, prompt: Prompt | None, ledger: Ledger) -> BuiltContext:
+        """The context of the prompt that was sent; when it was a refit, ``ledger`` takes that build's sections."""
+        if prompt is None or prompt.text == self.built.prompt.text or prompt.text not in self._refits:
+            return self.built
+        built, led, window = self._refits[prompt.text]
+        ledger.sections, ledger.prompt = led.sections, led.prompt
+        ledger.flags += [f for f in led.flags if f not in ledger.flags] + [f"refitted:window={window}"]
+        return built
+
+
+class ContextStage:
+    """rerank → budget → trim → history → prompt for one request, and the static-prefix watch."""
+
+    def __init__(self, config: Config, builder: Callable[[], ContextBuilder]) -> None:
+        self.config = config
+        self._builder = builder
+        self._prefixes = PrefixMonitor()
+
+    def build(self, req: QueryRequest, loaded: LoadedIndex, retrieved: Sequence[Scored], ledger: Ledger,
+              timings: Timings) -> Fitted:
+        builder = self._builder()
+        kw: dict[str, Any] = dict(mode=req.mode, max_tokens=req.out_tokens, rerank=req.degrade.rerank,
+                                  retrieved_scale=req.degrade.retrieved_scale, terms=loaded.index.analyzer.terms,
+                                  term_weights=loaded.index.idf)
+        t0 = time.perf_counter()
+        before = Ledger.from_dict(ledger.to_dict())
+        built = builder.build(req.question, retrieved, req.history, ledger=ledger, timings=timings.stages, **kw)
+        timings.stages["context"] = (time.perf_counter() - t0) * 1000.0
+        changed = self._prefixes.observe(req.mode, built.prompt.static_prefix, prefix_parts(self.config.prompt, req.mode))
+        if changed is not None:  # every engine's prefix cache misses on this request
+            ledger.flags.append(f"prefix_changed:{changed}")
+            log.warning("static prompt prefix of mode %r changed in %s (fingerprint %s): prefix caches miss",
+                        req.mode, changed, built.prompt.prefix_fingerprint[:12])
+
+        def rebuild(window: int, led: Ledger) -> BuiltContext:
+            return builder.build(req.question, retrieved, req.history, window=window, ledger=led, **kw)
+
+        return Fitted(built, rebuild, before)

@@ -2,12 +2,17 @@
 
 ::
 
-    handlers → response cache (exact, semantic) → retrieval cache → hybrid retrieve → rerank → budget
-    → trim → prompt → route → generate (stream) → store in caches → metrics + ledger on the Answer
+    request (validated once, degrade plan) → handlers → response cache (exact, semantic)
+    → retrieval (condense, retrieval cache, hybrid retrieve) → context (rerank, budget, trim, history,
+    prompt) → route + generate (stream) → store in caches → metrics + ledger on the Answer
 
+Each arrow is one stage object — :class:`~ragbudget.request.QueryRequest`,
+:class:`~ragbudget.route.Router` (handlers and tiers), :class:`~ragbudget.answer_cache.AnswerCache`,
+:class:`~ragbudget.cached_retrieval.CachedRetriever`, :class:`~ragbudget.context.ContextStage`,
+:class:`~ragbudget.generation.GenerationStage` — and :meth:`RAG._stream` calls them in this order.
 ``stream`` is the primitive: it yields :class:`ProgressEvent`, :class:`TokenEvent` and one
-:class:`FinalEvent`. ``query`` consumes it; the async twins run it in a worker thread and cancel the
-generation when the consumer goes away.
+:class:`FinalEvent`. ``query`` consumes it; the async twins run it in a worker thread
+(:mod:`ragbudget.async_bridge`) and cancel the generation when the consumer goes away.
 """
 
 from __future__ import annotations
@@ -22,38 +27,34 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 
-from .accounting import as_cache_hit, check_question, cite, not_cacheable
+from .accounting import cite
+from .answer_cache import AnswerCache
+from .async_bridge import iterate_in_thread
 from .cache import CacheLayers
-from .cache.keys import ResponseScope, conversation_fingerprint, digest
-from .condense import condense, condense_with_llm
+from .cached_retrieval import CachedRetriever, Complete
 from .config import Config, TierConfig, load_config
-from .context import BuiltContext, ContextBuilder
+from .context import BuiltContext, ContextBuilder, ContextStage
 from .embed import EmbeddingCache, SentenceTransformerEmbedder
-from .errors import AdmissionError, CacheError, QueryError
-from .history import coerce_history
+from .embed_microbatch import MicroBatcher
+from .errors import QueryError
+from .generation import GenerationStage
 from .index import IngestReport, ProgressFn
-from .index.filters import Filters, parse_filters
-from .index.filters import fingerprint as filter_fingerprint
+from .index.filters import parse_filters
 from .index_registry import IndexRegistry, LoadedIndex
 from .ingest.paths import PathPolicy
-from .llm import make_generator, make_prompt
-from .llm.base import Generator, GenerationStream
 from .kv_memory import check_config as check_kv
+from .llm import make_generator, make_prompt
+from .llm.base import Generator
 from .metrics import Metrics
-from .embed_microbatch import MicroBatcher
-from .prompt import PrefixMonitor, fingerprint, prefix_parts, static_prefix
+from .request import QueryRequest, make_request
 from .rerank import make_reranker
-from .route import RouteDecision, Routed, Router
+from .route import Routed, Router
 from .telemetry import Tracer, make_tracer
 from .tokens import Tokenizer
 from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Sampling, Scored, StreamEvent,
                     Timings, TokenEvent)
 
 log = logging.getLogger("ragbudget")
-
-#: Degradation ladder levels the pipeline applies (admission control picks the level).
-DEGRADE_SMALLER_CONTEXT, DEGRADE_NO_RERANK, DEGRADE_SMALL_MODEL, DEGRADE_CACHE_OR_EXTRACTIVE = 1, 2, 3, 4
-DEGRADE_REJECT = 5  # admission answers 429 at this level; the pipeline refuses it too
 _WORD = re.compile(r"\S+\s*")
 
 
@@ -94,11 +95,13 @@ class RAG:
         check_kv(self.config)  # tiers whose KV memory cannot hold their context: ConfigError now
         self._indexes: IndexRegistry | None = None
         self._lock = threading.RLock()
-        self._prefix_fps: dict[str, str] = {}
-        self._prefix_monitor = PrefixMonitor()
-        self._extractive = make_generator(TierConfig(name="extractive", backend="extractive", model="extractive"),
-                                          tokenizer=self.tokenizer)
-        self._tiers_fp = digest([t.model_dump() for t in self.config.llm.tiers])
+        extractive = make_generator(TierConfig(name="extractive", backend="extractive", model="extractive"),
+                                    tokenizer=self.tokenizer)
+        # the stages of the query path, in order; each gets getters for what it may load lazily
+        self.answers = AnswerCache(self.config, lambda: self.cache, lambda: self.embedder)
+        self.retrieval = CachedRetriever(self.config, lambda: self.cache, self._condense_llm)
+        self.contexts = ContextStage(self.config, lambda: self.builder)
+        self.generation = GenerationStage(lambda: self.router, extractive)
 
     # ------------------------------------------------------------------ components (lazy)
     @property
@@ -204,69 +207,15 @@ class RAG:
         return self._loaded(index).retriever.retrieve(question, k, mode,  # type: ignore[arg-type]
                                                       filters=parse_filters(filters))
 
-    def _retrieve(self, question: str, loaded: LoadedIndex, k: int, timings: Timings, ledger: Ledger,
-                  filters: Filters = ()) -> list[Scored]:
-        settings = {"mode": self.config.retrieval.mode, "k": k, "rrf_k": self.config.retrieval.rrf_k,
-                    "w": [self.config.retrieval.dense_weight, self.config.retrieval.sparse_weight]}
-        if filters:
-            settings["filters"] = filter_fingerprint(filters)
-        rc = self.cache.retrieval
-        t0 = time.perf_counter()
-        if rc is not None:
-            hit = rc.get(loaded.index.version, settings, question)
-            timings.stages["cache_retrieval"] = _ms(t0)
-            if hit is not None:
-                got = loaded.index.get_chunks([cid for cid, _ in hit])
-                if len(got) == len(hit):
-                    ledger.flags.append("retrieval_cache_hit")
-                    return [Scored(chunk=c, score=s, fused_score=s) for c, (_, s) in zip(got, hit)]
-        notes: list[str] = []
-        out = loaded.retriever.retrieve(question, k, timings=timings.stages, notes=notes, filters=filters)
-        ledger.section("retrieved").notes.extend(notes)
-        if rc is not None:
-            rc.set(loaded.index.version, settings, question, [(s.chunk.id, s.score) for s in out])
-        return out
-
-    def _condense(self, question: str, history: Sequence[Message], ledger: Ledger) -> str:
-        """The retrieval query for a follow-up (see :mod:`ragbudget.condense`); the question otherwise."""
-        how = self.config.retrieval.condense
-        if how == "off" or not history:
-            return question
-        if how == "llm" and self.config.retrieval.condense_tier:
-            gen = self.router.generators[self.config.retrieval.condense_tier]
-            c = condense_with_llm(question, history,
-                                  lambda text: gen.generate(make_prompt([("user", text)]), max_tokens=64).text)
-        else:
-            c = condense(question, history)
-        if c.changed:
-            ledger.section("question").notes.append(f"retrieval query condensed from the history ({c.method}): "
-                                                    f"{c.query!r}")
-        return c.query
+    def _condense_llm(self) -> Complete | None:
+        """The configured tier's completion for LLM condensing of follow-ups, or None (the rule-based rewrite)."""
+        tier = self.config.retrieval.condense_tier
+        if not tier:
+            return None
+        gen = self.router.generators[tier]
+        return lambda text: gen.generate(make_prompt([("user", text)]), max_tokens=64).text
 
     # ------------------------------------------------------------------ the query path
-    def _scope(self, loaded: LoadedIndex | None, tenant: str, mode: str, max_tokens: int,
-               history: Sequence[Message], filters: Filters = (), sampling: Sampling = Sampling()) -> ResponseScope:
-        return ResponseScope(tenant=tenant, index_version=loaded.index.version if loaded else "",
-                             temperature=sampling.temperature, top_p=sampling.top_p, stop=sampling.stop,
-                             seed=sampling.seed,
-                             filters=filter_fingerprint(filters) if filters else "",
-                             prompt_version=f"{self.config.prompt.version}:{self._prefix_fp(mode)}",
-                             model_tier=self._tiers_fp, max_tokens=max_tokens, mode=mode,
-                             conversation=conversation_fingerprint(history))
-
-    def _prefix_fp(self, mode: str) -> str:
-        with self._lock:
-            fp = self._prefix_fps.get(mode)
-            if fp is None:
-                fp = self._prefix_fps[mode] = fingerprint(static_prefix(self.config.prompt, mode))
-            return fp
-
-    def _mode(self, mode: str | None) -> str:
-        mode = mode or self.config.prompt.default_mode
-        if mode not in self.config.prompt.modes:
-            raise QueryError(f"unknown response mode {mode!r}", fix=f"use one of {self.modes()}")
-        return mode
-
     def stream(self, question: str, *, history: Sequence[Message | Mapping[str, str]] | None = None,
                mode: str | None = None, index: str | None = None, tenant: str = "default",
                degrade_level: int = 0, max_tokens: int | None = None, task: str | None = None,
@@ -295,138 +244,44 @@ class RAG:
         finally:
             trace.end()
 
-    def _stream(self, question: str, stages: dict[str, float], *, history: Any, mode: str | None, index: str | None,
-                tenant: str, degrade_level: int, max_tokens: int | None, task: str | None, escalate: bool,
-                cancel: threading.Event | None, filters: Mapping[str, Any] | None,
-                sampling: Sampling | None) -> Iterator[StreamEvent]:
+    def _stream(self, question: str, stages: dict[str, float], *, cancel: threading.Event | None = None,
+                **kw: Any) -> Iterator[StreamEvent]:
         """The query path; ``stages`` receives each stage's duration (the tracer's dict when tracing)."""
         t_start = time.perf_counter()
-        if not isinstance(question, str) or not question.strip():
-            raise QueryError("the question is empty", fix="ask a question with at least one word")
-        if degrade_level >= DEGRADE_REJECT:
-            raise AdmissionError(f"degrade level {degrade_level}: overloaded, request rejected",
-                                 fix="retry after Retry-After")
-        check_question(question, self.config, self.tokenizer)  # one limit, refused (413), never cut
-        flt = parse_filters(filters)  # a bad filter is a QueryError (400) before any work
-        mode = self._mode(mode)
-        hist = coerce_history(history or [])
-        mode_cfg = self.config.prompt.modes[mode]
-        out_tokens = min(max_tokens or mode_cfg.max_tokens, mode_cfg.max_tokens if max_tokens is None else max_tokens)
-        timings, ledger = Timings(stages=stages), Ledger(degrade_level=degrade_level)
-
-        # 1. deterministic handlers: code is right, no model, no retrieval
-        handled = self.router.handle(question, tool_cache=self.cache.tool,
+        req = make_request(self.config, self.tokenizer, question, **kw)  # bad input refused before any work
+        timings, ledger = Timings(stages=stages), Ledger(degrade_level=req.degrade.level)
+        handled = self.router.handle(req.question, tool_cache=self.cache.tool,  # code answers: no model
                                      max_output_bytes=self.config.service.limits.max_tool_output_bytes)
         if handled is not None:
-            ans = self._answer(question, handled, [], ledger, timings, t_start, built=None)
-            yield from self._replay(ans)
+            yield from _replay(self._answer(req, handled, ledger, timings, t_start, built=None))
             return
-
-        loaded = self._loaded(index)
-        sampling = sampling or Sampling()
-        scope = self._scope(loaded, tenant, mode, out_tokens, hist, flt, sampling)
-
-        # 2. response cache: exact, then semantic
+        loaded = self._loaded(req.index)
+        scope = self.answers.scope(loaded, req)
         yield ProgressEvent("cache", "looking up cached answers")
-        t0 = time.perf_counter()
-        hit = None
-        rc = self.cache.response
-        if rc is not None:
-            try:
-                hit = rc.exact.lookup(scope, question)
-                if hit is None and rc.semantic is not None:  # embed only when the exact layer missed
-                    hit = rc.semantic.lookup(scope, question, self.embedder.embed_query(question))
-            except CacheError as err:
-                log.warning("response cache lookup failed: %s", err)
-        timings.stages["cache_response"] = _ms(t0)
-        if hit is not None:  # no model ran: zero usage and cost; what the stored answer took is ledger.saved
-            cached = as_cache_hit(Answer.from_dict(hit.record), layer=hit.layer, question=question,
-                                  lookup_ms=timings.stages["cache_response"], total_ms=_ms(t_start))
-            self._observe(cached, tenant)
-            yield from self._replay(cached)
+        cached = self.answers.lookup(scope, req.question, timings.stages, t_start)
+        if cached is not None:  # no model ran: zero usage and cost; what the stored answer took is ledger.saved
+            self._observe(cached, req.tenant)
+            yield from _replay(cached)
             return
-        if degrade_level >= DEGRADE_CACHE_OR_EXTRACTIVE:
-            ledger.flags.append("degraded:extractive_only")
-
-        # 3. retrieve (cached per index version)
         yield ProgressEvent("retrieving", f"searching index {loaded.index.name!r}")
-        k = self.config.retrieval.top_k
-        if degrade_level >= DEGRADE_SMALLER_CONTEXT:
-            k = max(1, k // 2)
-        search_q = self._condense(question, hist, ledger)
-        retrieved = self._retrieve(search_q, loaded, max(k, self.config.rerank.top_n if degrade_level < 2 else k),
-                                   timings, ledger, flt)
-
-        # 4. rerank, budget, trim, history, prompt
+        retrieved = self.retrieval.retrieve(req, loaded, timings, ledger)
         yield ProgressEvent("reranking", f"{len(retrieved)} candidates")
-        t0 = time.perf_counter()
-        pre_build = Ledger.from_dict(ledger.to_dict())  # a refit starts from what the request knew here
-        built = self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens,
-                                   rerank=degrade_level < DEGRADE_NO_RERANK,
-                                   retrieved_scale=0.5 if degrade_level >= DEGRADE_SMALLER_CONTEXT else 1.0,
-                                   ledger=ledger, timings=timings.stages, terms=loaded.index.analyzer.terms,
-                                   term_weights=loaded.index.idf)
-        timings.stages["context"] = _ms(t0)
-        changed = self._prefix_monitor.observe(mode, built.prompt.static_prefix, prefix_parts(self.config.prompt, mode))
-        if changed is not None:  # every engine's prefix cache misses on this request
-            ledger.flags.append(f"prefix_changed:{changed}")
-            log.warning("static prompt prefix of mode %r changed in %s (fingerprint %s): prefix caches miss",
-                        mode, changed, built.prompt.prefix_fingerprint[:12])
-
-        # 5. route and generate, streaming
+        fitted = self.contexts.build(req, loaded, retrieved, ledger, timings)
         yield ProgressEvent("generating", "")
-
-        refits: dict[str, tuple[BuiltContext, Ledger, int]] = {}
-
-        def refit(window: int):  # the router re-fits the context to a smaller window on fallback
-            led = Ledger.from_dict(pre_build.to_dict())
-            b = self.builder.build(question, retrieved, hist, mode=mode, max_tokens=out_tokens, window=window,
-                                   terms=loaded.index.analyzer.terms, term_weights=loaded.index.idf,
-                                   rerank=degrade_level < DEGRADE_NO_RERANK,
-                                   retrieved_scale=0.5 if degrade_level >= DEGRADE_SMALLER_CONTEXT else 1.0,
-                                   ledger=led)
-            refits[b.prompt.text] = (b, led, window)  # the answer must describe the context that was sent
-            return b.prompt
-
-        t0 = time.perf_counter()
-        if degrade_level >= DEGRADE_CACHE_OR_EXTRACTIVE:
-            # Last rung before rejecting: no model at all, an extractive answer from the budgeted context.
-            gs = self._extractive.stream(built.prompt, max_tokens=built.allocation.output, context=built.context,
-                                         **sampling.engine_kwargs())
-            rs: Any = _DegradedStream(gs)
-        else:  # level 3: the smallest tier, and no escalation past it
-            small = degrade_level >= DEGRADE_SMALL_MODEL
-            rs = self.router.stream(built.prompt, question=question, max_tokens=built.allocation.output,
-                                    context=built.context, task=task, refit=refit, escalate=escalate and not small,
-                                    small=small, **sampling.engine_kwargs())
-        timings.stages["route"] = _ms(t0)  # the tier plan (window checks, refits); generation starts here
-        t0 = time.perf_counter()
-        finished = False
-        try:
-            for ev in rs:
-                yield ev
-                if cancel is not None and cancel.is_set():
-                    return
-            finished = True
-        finally:
-            timings.stages["generate"] = _ms(t0)
-            if not finished:  # consumer left or cancelled: stop the backend now, not at garbage collection
-                _close(rs)
-        routed = rs.routed
-        assert routed is not None
-        sent = routed.prompt.text if routed.prompt is not None else built.prompt.text
-        if sent != built.prompt.text and sent in refits:  # refitted: ledger and context of what was sent
-            built, refit_ledger, window = refits[sent]
-            ledger.sections, ledger.prompt = refit_ledger.sections, refit_ledger.prompt
-            ledger.flags += [f for f in refit_ledger.flags if f not in ledger.flags] + [f"refitted:window={window}"]
-        ans = self._answer(question, routed, built.context, ledger, timings, t_start, built=built)
-        self._store(scope, question, ans)
-        self._observe(ans, tenant)
+        routed = yield from self.generation.stream(req, fitted, ledger, timings, cancel)
+        if routed is None:  # cancelled: the engine was stopped, nothing to answer or store
+            return
+        ans = self._answer(req, routed, ledger, timings, t_start, built=fitted.sent(routed.prompt, ledger))
+        self.answers.store(scope, req.question, ans)
+        self._observe(ans, req.tenant)
         yield FinalEvent(ans)
 
-    def _answer(self, question: str, routed: Routed, context: list[Scored], ledger: Ledger, timings: Timings,
-                t_start: float, built: BuiltContext | None) -> Answer:
+    def _answer(self, req: QueryRequest, routed: Routed, ledger: Ledger, timings: Timings, t_start: float,
+                built: BuiltContext | None) -> Answer:
+        """The Answer: text, citations of the context that was sent, ledger (route, output, engine counts),
+        usage and timings."""
         gen = routed.generation
+        context = built.context if built is not None else []
         ledger.route = routed.decision.to_dict()
         if gen.partial:
             ledger.flags.append("partial")
@@ -441,29 +296,10 @@ class RAG:
         timings.total_ms = _ms(t_start)
         cited, cite_flags = cite(gen.text, context) if context else ([], [])
         ledger.flags += cite_flags
-        return Answer(question=question, answer=gen.text, citations=[s.chunk.citation() for s in cited],
+        return Answer(question=req.question, answer=gen.text, citations=[s.chunk.citation() for s in cited],
                       context=list(context), ledger=ledger, usage=gen.usage, timings=timings,
                       route=routed.decision.tier, partial=gen.partial, extractive=gen.backend == "extractive",
                       finish_reason=gen.finish_reason)
-
-    def _replay(self, ans: Answer) -> Iterator[StreamEvent]:
-        """Stream a finished answer (handler or cache hit) with the same events as a fresh one."""
-        for i, m in enumerate(_WORD.finditer(ans.answer)):
-            yield TokenEvent(m.group(0), i)
-        yield FinalEvent(ans)
-
-    def _store(self, scope: ResponseScope, question: str, ans: Answer) -> None:
-        if self.cache.response is None:
-            return
-        why = not_cacheable(ans, self.config)
-        if why is not None:  # degraded, fallback or substitute answers are never served later as normal hits
-            ans.ledger.flags.append(f"not_cached:{why}")
-            return
-        try:
-            emb = self.embedder.embed_query(question) if self.config.cache.semantic.enabled else None
-            self.cache.response.store(scope, question, ans.to_dict(), embedding=emb)
-        except CacheError as err:
-            log.warning("could not cache the answer: %s", err)
 
     def _observe(self, ans: Answer, tenant: str) -> None:
         try:
@@ -497,74 +333,20 @@ class RAG:
 
         A server writes each list as one chunk: tokens that arrive together (an extractive answer, a cache
         hit, a fast engine) cost one send instead of one each — the event loop of a loaded server spends
-        as much time holding the GIL as the pipeline does, most of it per send (BENCHMARKS.md)."""
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue[Any] = asyncio.Queue()
-        cancel = threading.Event()
-        end = object()
-
-        def put(item: Any) -> bool:
-            try:
-                loop.call_soon_threadsafe(q.put_nowait, item)
-                return True
-            except RuntimeError:  # the consumer's event loop is gone: stop generating
-                cancel.set()
-                return False
-
-        def work() -> None:
-            try:
-                for ev in self.stream(question, cancel=cancel, **kw):
-                    if not put(ev) or cancel.is_set():
-                        break
-            except BaseException as err:  # noqa: BLE001 - re-raised in the consumer
-                put(err)
-            put(end)
-
-        # tracing: the caller's span (the service's request) is the parent of the query's spans
-        worker = threading.Thread(target=self.tracer.bind(work), name="ragbudget-stream", daemon=True)
-        worker.start()
-        try:
-            while True:
-                items = [await q.get()]
-                while not q.empty():
-                    items.append(q.get_nowait())
-                ready = []
-                for item in items:
-                    if item is end or isinstance(item, BaseException):
-                        if ready:
-                            yield ready
-                        if item is end:
-                            return
-                        raise item
-                    ready.append(item)
-                yield ready
-        finally:
-            cancel.set()
+        as much time holding the GIL as the pipeline does, most of it per send (BENCHMARKS.md). The
+        caller's span (the service's request) is the parent of the query's spans."""
+        batches = iterate_in_thread(lambda cancel: self.stream(question, cancel=cancel, **kw),
+                                    name="ragbudget-stream", wrap=self.tracer.bind)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                yield batch
 
 
-class _DegradedStream:
-    """A plain generator stream presented like a routed one (degrade level 4: extractive only)."""
-
-    def __init__(self, stream: GenerationStream) -> None:
-        self.stream = stream
-        self.routed: Routed | None = None
-
-    def __iter__(self) -> Iterator[TokenEvent]:
-        yield from self.stream
-        gen = self.stream.generation
-        assert gen is not None
-        self.routed = Routed(gen, RouteDecision(tier="extractive", reason="degrade level 4: extractive answer only",
-                                                backend="extractive", model="extractive", usage_estimated=True))
-
-    def close(self) -> None:
-        self.stream.close()
-
-
-def _close(stream: Any) -> None:
-    """Stop a token stream early; generators release their backend in ``finally``."""
-    close = getattr(stream, "close", None) or getattr(getattr(stream, "_it", None), "close", None)
-    if close is not None:
-        close()
+def _replay(ans: Answer) -> Iterator[StreamEvent]:
+    """Stream a finished answer (handler or cache hit) with the same events as a fresh one."""
+    for i, m in enumerate(_WORD.finditer(ans.answer)):
+        yield TokenEvent(m.group(0), i)
+    yield FinalEvent(ans)
 
 
 __all__ = ["RAG"]

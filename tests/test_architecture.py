@@ -23,12 +23,12 @@ LAYERS: dict[str, int] = {
     # 0 foundation
     "types": 0, "errors": 0, "config": 0,
     # 1 pure kernels
-    "tokens": 1, "budget": 1, "fusion": 1, "stats": 1, "stemming": 1, "breaker": 1, "kv_memory": 1,
+    "tokens": 1, "budget": 1, "fusion": 1, "stats": 1, "stemming": 1, "breaker": 1, "kv_memory": 1, "degrade": 1, "async_bridge": 1,
     # 2 stores and caches
     "index": 2, "cache": 2, "embed": 2, "embed_microbatch": 2, "ingest": 2, "buckets": 2,
     # 3 stages of a request, and what they report to
     "retrieve": 3, "rerank": 3, "trim": 3, "prompt": 3, "context": 3, "history": 3, "condense": 3,
-    "route": 3, "handlers": 3, "llm": 3, "accounting": 3, "admission": 3, "batch_queries": 3, "index_registry": 3,
+    "route": 3, "handlers": 3, "request": 3, "answer_cache": 3, "cached_retrieval": 3, "generation": 3, "llm": 3, "accounting": 3, "admission": 3, "batch_queries": 3, "index_registry": 3,
     "interop": 3, "metrics": 3, "telemetry": 3, "openai_surface": 3,
     # 4 the facade
     "pipeline": 4,

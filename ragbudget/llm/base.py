@@ -8,12 +8,13 @@ and the async twins from it, and measures TTFT and inter-token latencies at the 
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncGenerator, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
+from ..async_bridge import iterate_in_thread
 from ..errors import GenerationError, PartialGenerationError
 from ..types import Generation, Message, Prompt, Scored, Timings, TokenEvent, Usage
 
@@ -155,15 +156,12 @@ class Generator(Protocol):
 
 class AsyncGenerationStream:
     """Async iterator over a sync token stream (a :class:`GenerationStream`, or anything iterating
-    TokenEvents with a ``.generation`` attribute) run in a worker thread."""
-
-    _END = object()
+    TokenEvents with a ``.generation`` attribute) run in a worker thread (:mod:`ragbudget.async_bridge`)."""
 
     def __init__(self, stream: Iterator[TokenEvent]) -> None:
         self._stream = stream
-        self._queue: asyncio.Queue[object] | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._batches: AsyncGenerator[list[TokenEvent], None] | None = None
+        self._ready: collections.deque[TokenEvent] = collections.deque()
 
     @property
     def stream(self) -> Iterator[TokenEvent]:
@@ -173,39 +171,20 @@ class AsyncGenerationStream:
     def generation(self) -> Generation | None:
         return getattr(self._stream, "generation", None)
 
-    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        assert self._queue is not None
-        q = self._queue
-        try:
-            for ev in self._stream:
-                loop.call_soon_threadsafe(q.put_nowait, ev)
-                if self._stop.is_set():
-                    close = getattr(self._stream, "close", None)
-                    if close:
-                        close()
-                    break
-        except BaseException as err:  # noqa: BLE001 - handed to the consumer
-            loop.call_soon_threadsafe(q.put_nowait, err)
-        loop.call_soon_threadsafe(q.put_nowait, self._END)
-
     def __aiter__(self) -> "AsyncGenerationStream":
         return self
 
     async def __anext__(self) -> TokenEvent:
-        if self._queue is None:
-            self._queue = asyncio.Queue()
-            self._thread = threading.Thread(target=self._run, args=(asyncio.get_running_loop(),),
-                                            daemon=True, name="ragbudget-astream")
-            self._thread.start()
-        item = await self._queue.get()
-        if item is self._END:
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            raise item
-        return item  # type: ignore[return-value]
+        if self._batches is None:
+            self._batches = iterate_in_thread(lambda _cancel: self._stream, name="ragbudget-astream")
+        if not self._ready:
+            self._ready.extend(await self._batches.__anext__())  # StopAsyncIteration at the end
+        return self._ready.popleft()
 
     async def aclose(self) -> None:
-        self._stop.set()
+        """Stop the generation between tokens (the worker closes the stream)."""
+        if self._batches is not None:
+            await self._batches.aclose()
 
     async def consume(self) -> Generation:
         async for _ in self:
