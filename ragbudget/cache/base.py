@@ -2,17 +2,21 @@
 
 A backend stores ``bytes`` under ``str`` keys with a TTL. Backends never raise for an unavailable
 store: a failed ``get`` is a miss and a failed ``set`` returns ``False``; both are logged and counted
-in :class:`BackendStats`. Values over ``max_value_bytes`` are refused (counted as ``too_large``).
+in :class:`BackendStats`. Values over ``max_value_bytes`` are refused (counted as ``too_large``); the
+checks every backend shares live once, in :class:`BackendBase`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import CacheError
+
+log = logging.getLogger("ragbudget.cache")
 
 
 @runtime_checkable
@@ -124,3 +128,25 @@ def check_ttl(ttl_s: float | None, default: float) -> float:
     if not ttl > 0:
         raise CacheError(f"cache TTL must be positive, got {ttl_s!r}", fix="pass ttl_s > 0 seconds")
     return ttl
+
+
+class BackendBase:
+    """What every backend shares: the value-size and TTL checks, and its :class:`BackendStats`."""
+
+    name = ""
+
+    def __init__(self, *, max_value_bytes: int, default_ttl_s: float) -> None:
+        self.max_value_bytes = int(max_value_bytes)
+        self.default_ttl_s = float(default_ttl_s)
+        self.stats = BackendStats()
+
+    def admit(self, key: str, value: bytes, ttl_s: float | None) -> float | None:
+        """The TTL to store ``value`` under, or None when it is refused as too large (counted and logged).
+        A TTL that is not positive is a :class:`CacheError`."""
+        ttl = check_ttl(ttl_s, self.default_ttl_s)
+        if len(value) > self.max_value_bytes:
+            self.stats.incr("too_large")
+            log.warning("cache value for %s refused: %d bytes > max_value_bytes=%d",
+                        key[:32], len(value), self.max_value_bytes)
+            return None
+        return ttl

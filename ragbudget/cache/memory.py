@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import OrderedDict
 from typing import Callable
 
-from .base import BackendStats, check_ttl
-
-log = logging.getLogger(__name__)
+from .base import BackendBase
 
 
-class MemoryBackend:
+class MemoryBackend(BackendBase):
     """Thread-safe LRU + TTL store. Expiry uses ``time.monotonic`` so wall-clock jumps do not matter."""
 
     name = "memory"
@@ -21,9 +18,7 @@ class MemoryBackend:
     def __init__(self, *, max_entries: int = 100_000, max_value_bytes: int = 1_000_000,
                  default_ttl_s: float = 86400.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_entries = int(max_entries)
-        self.max_value_bytes = int(max_value_bytes)
-        self.default_ttl_s = float(default_ttl_s)
-        self.stats = BackendStats()
+        super().__init__(max_value_bytes=max_value_bytes, default_ttl_s=default_ttl_s)
         self._clock = clock
         self._data: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._lock = threading.Lock()
@@ -43,11 +38,8 @@ class MemoryBackend:
             return value
 
     def set(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
-        ttl = check_ttl(ttl_s, self.default_ttl_s)
-        if len(value) > self.max_value_bytes:
-            self.stats.incr("too_large")
-            log.warning("cache value for %s refused: %d bytes > max_value_bytes=%d",
-                        key[:32], len(value), self.max_value_bytes)
+        ttl = self.admit(key, value, ttl_s)
+        if ttl is None:
             return False
         with self._lock:
             self._data[key] = (self._clock() + ttl, bytes(value))

@@ -18,12 +18,12 @@ import redis
 
 from ..breaker import ProbedBreaker
 from ..errors import CacheError
-from .base import BackendStats, check_ttl
+from .base import BackendBase
 
 log = logging.getLogger(__name__)
 
 
-class RedisBackend:
+class RedisBackend(BackendBase):
     """Redis-backed store under ``prefix``. Entry bounds are the server's (``maxmemory-policy``)."""
 
     name = "redis"
@@ -40,9 +40,7 @@ class RedisBackend:
         self.url = url
         self.prefix = prefix
         self.cooldown_s = float(cooldown_s)
-        self.max_value_bytes = int(max_value_bytes)
-        self.default_ttl_s = float(default_ttl_s)
-        self.stats = BackendStats()
+        super().__init__(max_value_bytes=max_value_bytes, default_ttl_s=default_ttl_s)
         # cooldown_s = 0: no breaker, every call tries Redis (tests of raw failure handling)
         self.breaker = (ProbedBreaker(self._client.ping, failures=1, reset_s=self.cooldown_s, clock=clock)
                         if self.cooldown_s > 0 else None)
@@ -73,11 +71,8 @@ class RedisBackend:
         return bytes(value) if value is not None else None  # type: ignore[arg-type]  # bytes: no decode_responses
 
     def set(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
-        ttl = check_ttl(ttl_s, self.default_ttl_s)
-        if len(value) > self.max_value_bytes:
-            self.stats.incr("too_large")
-            log.warning("cache value for %s refused: %d bytes > max_value_bytes=%d",
-                        key[:32], len(value), self.max_value_bytes)
+        ttl = self.admit(key, value, ttl_s)
+        if ttl is None:
             return False
         if not self._available():
             return False

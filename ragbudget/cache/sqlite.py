@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CacheError
-from .base import BackendStats, check_ttl
+from .base import BackendBase
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT 
            "expires_at REAL NOT NULL, ttl REAL NOT NULL)")
 
 
-class SQLiteBackend:
+class SQLiteBackend(BackendBase):
     """Thread-safe SQLite store with TTL, entry bound (oldest-expiring evicted first) and value bound."""
 
     name = "sqlite"
@@ -37,9 +37,7 @@ class SQLiteBackend:
                  clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self.max_entries = int(max_entries)
-        self.max_value_bytes = int(max_value_bytes)
-        self.default_ttl_s = float(default_ttl_s)
-        self.stats = BackendStats()
+        super().__init__(max_value_bytes=max_value_bytes, default_ttl_s=default_ttl_s)
         self._clock = clock
         self._lock = threading.Lock()
         try:
@@ -120,11 +118,8 @@ class SQLiteBackend:
                 return None
 
     def set(self, key: str, value: bytes, ttl_s: float | None = None) -> bool:
-        ttl = check_ttl(ttl_s, self.default_ttl_s)
-        if len(value) > self.max_value_bytes:
-            self.stats.incr("too_large")
-            log.warning("cache value for %s refused: %d bytes > max_value_bytes=%d",
-                        key[:32], len(value), self.max_value_bytes)
+        ttl = self.admit(key, value, ttl_s)
+        if ttl is None:
             return False
         with self._lock:
             try:
