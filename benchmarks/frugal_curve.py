@@ -21,10 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _baseline import build_baseline, eval_answers, read_corpus  # also puts the checkout on sys.path
 from ragbudget.config import Config, load_config
 from ragbudget.embed import EmbeddingCache, SentenceTransformerEmbedder
 from ragbudget.eval.answers import evaluate_answers, load_questions
-from ragbudget.eval.baseline import build_baseline, eval_answers, read_corpus
 from ragbudget.eval.followups import followup_set
 from ragbudget.eval.history_eval import load_canard
 from ragbudget.eval.longdocs import build_long_documents

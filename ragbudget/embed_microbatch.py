@@ -6,7 +6,7 @@ up to ``max_wait_ms`` for more while the batch is not full, and embeds the batch
 lone caller never waits (``max_wait_ms`` only applies while other callers are in flight). Identical texts
 in a batch are embedded once. ``embed`` (documents) passes straight through.
 
-Defaults come from ``python -m ragbudget.eval.microbatch_bench`` (BENCHMARKS.md, issue 7).
+Defaults come from ``benchmarks/microbatch.py`` (BENCHMARKS.md, issue 7).
 """
 
 from __future__ import annotations

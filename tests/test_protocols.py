@@ -8,6 +8,8 @@ the real object (no fakes of the code under test).
 from __future__ import annotations
 
 import inspect
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,13 +19,15 @@ from ragbudget.buckets import Buckets, MemoryBuckets, RedisBuckets
 from ragbudget.cache import MemoryBackend, RedisBackend, SQLiteBackend
 from ragbudget.cache.base import KVBackend
 from ragbudget.embed import Embedder, SentenceTransformerEmbedder
-from ragbudget.eval.retrieval_bench import _EncodeEveryQuery
 from ragbudget.eval.tuning import _MemoEmbedder
 from ragbudget.llm import ExtractiveGenerator, LlamaCppGenerator, OpenAIGenerator, make_prompt
 from ragbudget.llm.base import Generator
 from ragbudget.embed_microbatch import MicroBatcher
 from ragbudget.rerank import BiEncoderReranker, CrossEncoderReranker, Reranker
 from ragbudget.types import Chunk, Generation, Scored, TokenEvent
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # benchmarks/retrieval_modes.py
+from retrieval_modes import _EncodeEveryQuery  # noqa: E402
 
 
 def _protocol_methods(proto: type) -> dict[str, inspect.Signature]:

@@ -1,4 +1,7 @@
-"""``ragbudget bench replay|traffic|compare|headline|microbatch`` and ``ragbudget info``."""
+"""``ragbudget bench replay|traffic|compare`` and ``ragbudget info``.
+
+The project's own benchmarks (headline, micro-batching, ...) are scripts in ``benchmarks/`` of a checkout;
+``ragbudget bench headline`` and ``bench microbatch`` only say so (:mod:`.moved`)."""
 
 from __future__ import annotations
 
@@ -19,13 +22,13 @@ from ..index import list_indexes
 from ..kv_memory import check_config, summary_rows
 from ..pipeline import RAG
 from ..eval import compare as compare_mod
-from ..eval import headline, microbatch_bench
 from ..eval.replay import HttpTarget, LibraryTarget, ReplayReport, plot, replay, rich_table
 from ..eval.traffic import generate, load_pairs, load_questions, load_traffic, save_traffic
+from .moved import add_moved
 
 
 def add_parser(sub: Any) -> None:
-    b = sub.add_parser("bench", help="replay traffic, generate traffic, A/B configs, headline benchmarks")
+    b = sub.add_parser("bench", help="replay traffic, generate traffic, A/B configs")
     bs = b.add_subparsers(dest="bench_command", metavar="KIND")
 
     p = bs.add_parser("replay", help="replay a traffic file against the library or a running API")
@@ -68,26 +71,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", default=None)
     p.set_defaults(handler=_compare)
 
-    p = bs.add_parser("headline", help="ragbudget vs the LlamaIndex default pipeline (BENCHMARKS.md headline)")
-    p.add_argument("--squad-limit", type=int, default=None)
-    p.add_argument("--cranfield-pipeline", type=int, default=60)
-    p.add_argument("--ttft", type=int, default=20)
-    p.add_argument("--replay", type=int, default=150)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", default=None)
-    p.add_argument("--write", default=None, help="update the headline table in this BENCHMARKS.md")
-    p.set_defaults(handler=_headline)
-
-    p = bs.add_parser("microbatch", help="query-embedding P95 under concurrency, batched vs unbatched")
-    p.add_argument("--requests", type=int, default=64)
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
-    p.add_argument("--wait", type=float, nargs="+", default=[0.0, 2.0, 5.0])
-    p.add_argument("--rounds", type=int, default=3)
-    p.set_defaults(handler=_microbatch)
-
     for q in bs.choices.values():  # nested commands: accept --config after the command too
         if q.prog.split()[-1] != "compare":
             q.add_argument("--config", dest="config", default=argparse.SUPPRESS, help="YAML config")
+    for name, script in (("headline", "headline.py"), ("microbatch", "microbatch.py")):
+        add_moved(bs, name, f"ragbudget bench {name}", f".venv/bin/python benchmarks/{script}")
 
     i = sub.add_parser("info", help="config summary, indexes, KV-cache capacity of configured tiers")
     i.add_argument("--json", action="store_true")
@@ -175,26 +163,6 @@ def _compare(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return 0
-
-
-def _headline(args: argparse.Namespace) -> int:
-    argv = ["--cranfield-pipeline", str(args.cranfield_pipeline), "--ttft", str(args.ttft),
-            "--replay", str(args.replay), "--threads", str(args.threads)]
-    if args.squad_limit:
-        argv += ["--squad-limit", str(args.squad_limit)]
-    if getattr(args, "config", None):
-        argv += ["--config", args.config]
-    if args.json:
-        argv += ["--json", args.json]
-    if args.write:
-        argv += ["--write", args.write]
-    return headline.main(argv)
-
-
-def _microbatch(args: argparse.Namespace) -> int:
-    argv = ["--requests", str(args.requests), "--rounds", str(args.rounds), "--concurrency",
-            *map(str, args.concurrency), "--wait", *map(str, args.wait)]
-    return microbatch_bench.main(argv)
 
 
 def info_dict(cfg: Config) -> dict[str, Any]:

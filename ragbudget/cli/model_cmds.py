@@ -1,12 +1,14 @@
-"""Model commands: ``make-gguf`` (a small random-weight llama GGUF) and the generation benchmarks."""
+"""Model commands: ``make-gguf`` (a small random-weight llama GGUF).
+
+The generation benchmarks (``ragbudget eval generation`` before) are ``benchmarks/generation.py`` in a checkout."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ..eval import bench_generation
 from ..llm.gguf_writer import GGUFSpec, write_random_gguf
+from .moved import add_moved
 
 
 def add_parser(sub: Any) -> None:
@@ -32,17 +34,4 @@ def _make_gguf(args: argparse.Namespace) -> int:
 
 
 def add_eval_parser(eval_sub: Any) -> None:
-    p = eval_sub.add_parser("generation", help="generation benchmarks: prefix layout TTFT, output length, routing")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--requests", type=int, default=20)
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--only", choices=("prefix", "output", "routing"), default=None)
-    p.set_defaults(handler=_bench)
-
-
-def _bench(args: argparse.Namespace) -> int:
-    argv = ["--layers", str(args.layers), "--dim", str(args.dim), "--requests", str(args.requests),
-            "--reps", str(args.reps), "--threads", str(args.threads)] + (["--only", args.only] if args.only else [])
-    return bench_generation.main(argv)
+    add_moved(eval_sub, "generation", "ragbudget eval generation", ".venv/bin/python benchmarks/generation.py")

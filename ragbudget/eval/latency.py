@@ -7,7 +7,8 @@
 - :func:`route_requests`: the tier each request of a mixed set goes to, with its estimated cost and the
   cost of the same tokens on the largest tier.
 
-The command-line benchmark with the same measurements is ``python -m ragbudget.eval.bench_generation``.
+The project's command-line benchmark with the same measurements is ``benchmarks/generation.py`` in a
+checkout (it takes its request templates from here).
 """
 
 from __future__ import annotations
@@ -23,10 +24,16 @@ from ..stats import percentile
 from ..tokens import Tokenizer
 from ..types import Chunk, Scored
 from .answers import contains_answer
-from .bench_generation import HANDLER_QS, HARD_TEMPLATES
 
 Row = dict[str, Any]
 LAYOUTS: tuple[Layout, ...] = ("static-first", "variable-first")
+# "hard" rewrites of a factual question (the router sends them to the large tier) and questions a
+# deterministic handler answers (arithmetic, units, dates): the mixed request set of :func:`mixed_requests`.
+HARD_TEMPLATES = ("Explain why {q} and compare it with the alternatives.",
+                  "Why does it matter {q}? Explain the trade-offs.")
+HANDLER_QS = ("What is 17 * 23?", "convert 12 km to miles", "what day of the week is 2026-12-25",
+              "100 F in C", "days between 2026-01-01 and 2026-12-02", "calculate (4.5 + 3) / 2",
+              "how many feet in 3 m", "2^16", "5 pounds in kg", "What is 1000 / 8?")
 
 
 def engine_token_counter(gen: LlamaCppGenerator) -> Callable[[str], int]:

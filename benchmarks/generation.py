@@ -1,6 +1,7 @@
 """Generation benchmarks on a real engine (random-weight GGUF: gibberish text, real timings).
 
-``python -m ragbudget.eval.bench_generation [--requests 20] [--layers 4 --dim 256]`` prints markdown:
+``.venv/bin/python benchmarks/generation.py [--requests 20] [--layers 4 --dim 256]`` (from the repo root)
+prints markdown; data: squad2/ under ``--data`` (default ../shared/data/eval):
 
 - prefix layout: the same requests (≈2k-token static part from SQuAD paragraphs used as fixed docs,
   varying question + a retrieved snippet) laid out cache-friendly (static first) versus variable-first,
@@ -25,15 +26,17 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
-from ..config import LLMConfig, PromptConfig, RouterConfig, TierConfig
-from ..llm import ExtractiveGenerator, Generator, LlamaCppGenerator, OpenAIGenerator, make_prompt
-from ..llm.gguf_writer import GGUFSpec, write_random_gguf
-from ..route import Router
-from ..stats import percentile
-from ..tokens import Tokenizer
-from ..types import Chunk, Prompt, Scored
+from _common import EVAL_DATA, data_dir  # first: puts the checkout on sys.path
+from ragbudget.config import LLMConfig, PromptConfig, RouterConfig, TierConfig
+from ragbudget.eval.latency import HANDLER_QS, HARD_TEMPLATES
+from ragbudget.llm import ExtractiveGenerator, Generator, LlamaCppGenerator, OpenAIGenerator, make_prompt
+from ragbudget.llm.gguf_writer import GGUFSpec, write_random_gguf
+from ragbudget.route import Router
+from ragbudget.stats import percentile
+from ragbudget.tokens import Tokenizer
+from ragbudget.types import Chunk, Prompt, Scored
 
-SQUAD = Path("../shared/data/eval/squad2")
+SQUAD = EVAL_DATA / "squad2"
 SNIPPET_CHARS = 160  # one retrieved sentence; the byte-level vocab makes ~1 token per character
 
 
@@ -114,8 +117,8 @@ def start_server(model: Path, n_ctx: int, threads: int) -> tuple[subprocess.Pope
 
 
 def bench_prefix(model: Path, static_target: int, n: int, threads: int,
-                 snippet_chars: int = SNIPPET_CHARS) -> list[str]:
-    corpus, questions = load_squad(SQUAD)
+                 snippet_chars: int = SNIPPET_CHARS, squad: Path = SQUAD) -> list[str]:
+    corpus, questions = load_squad(squad)
     local = LlamaCppGenerator(str(model), n_ctx=4096, n_threads=threads)
     count = engine_counter(local.load())
     static = static_part(corpus, count, static_target)
@@ -152,8 +155,8 @@ def bench_prefix(model: Path, static_target: int, n: int, threads: int,
     return lines
 
 
-def bench_output(model: Path, reps: int, threads: int) -> list[str]:
-    corpus, questions = load_squad(SQUAD)
+def bench_output(model: Path, reps: int, threads: int, squad: Path = SQUAD) -> list[str]:
+    corpus, questions = load_squad(squad)
     gen = LlamaCppGenerator(str(model), n_ctx=4096, n_threads=threads)
     llm = gen.load()
     static = static_part(corpus, lambda t: len(llm.tokenize(t.encode(), add_bos=False)), 500)
@@ -177,15 +180,8 @@ def bench_output(model: Path, reps: int, threads: int) -> list[str]:
     return lines
 
 
-HARD_TEMPLATES = ("Explain why {q} and compare it with the alternatives.",
-                  "Why does it matter {q}? Explain the trade-offs.")
-HANDLER_QS = ("What is 17 * 23?", "convert 12 km to miles", "what day of the week is 2026-12-25",
-              "100 F in C", "days between 2026-01-01 and 2026-12-02", "calculate (4.5 + 3) / 2",
-              "how many feet in 3 m", "2^16", "5 pounds in kg", "What is 1000 / 8?")
-
-
-def bench_routing(n_factual: int) -> list[str]:
-    corpus, questions = load_squad(SQUAD)
+def bench_routing(n_factual: int, squad: Path = SQUAD) -> list[str]:
+    corpus, questions = load_squad(squad)
     tok = Tokenizer()
     conf = LLMConfig(tiers=[
         TierConfig(name="small", backend="extractive", context_window=16384, price_in_per_1k=0.00015,
@@ -242,7 +238,7 @@ def bench_routing(n_factual: int) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ragbudget.eval.bench_generation")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--requests", type=int, default=20)
@@ -251,10 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--snippet-chars", type=int, default=SNIPPET_CHARS)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", choices=("prefix", "output", "routing"), default=None)
+    ap.add_argument("--data", default=str(EVAL_DATA), help="folder holding squad2/ (default: %(default)s)")
     args = ap.parse_args(argv)
-    if not SQUAD.is_dir():
-        print(f"data not found: {SQUAD} (run from the repo root)", file=sys.stderr)
-        return 2
+    squad = data_dir(Path(args.data) / "squad2", "corpus.jsonl", "questions.jsonl")
     with tempfile.TemporaryDirectory() as tmp:
         model = write_random_gguf(Path(tmp) / "bench.gguf", GGUFSpec(layers=args.layers, dim=args.dim, heads=4,
                                                                       ff=args.dim * 3, context_length=4096))
@@ -263,13 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only in (None, "prefix"):
             print("### Prefix layout (TTFT)\n")
             print("\n".join(bench_prefix(model, args.static_tokens, args.requests, args.threads,
-                                        args.snippet_chars)) + "\n")
+                                        args.snippet_chars, squad)) + "\n")
         if args.only in (None, "output"):
             print("### Output length (in-process llama.cpp)\n")
-            print("\n".join(bench_output(model, args.reps, args.threads)) + "\n")
+            print("\n".join(bench_output(model, args.reps, args.threads, squad)) + "\n")
     if args.only in (None, "routing"):
         print("### Routing\n")
-        print("\n".join(bench_routing(60)) + "\n")
+        print("\n".join(bench_routing(60, squad)) + "\n")
     return 0
 
 

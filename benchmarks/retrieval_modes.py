@@ -1,6 +1,6 @@
 """Retrieval benchmark: nDCG@10 per mode, ingest throughput, re-ingest speed-up, query latency.
 
-    python -m ragbudget.eval.retrieval_bench ../shared/data/eval/cranfield ../shared/data/eval/cisi
+    .venv/bin/python benchmarks/retrieval_modes.py ../shared/data/eval/cranfield ../shared/data/eval/cisi
 
 For each BEIR folder: a cold ingest of the corpus into a temporary index with an empty embedding cache
 (chunks/s), a re-ingest of the unchanged corpus (speed-up), then every judged query in bm25, dense and
@@ -18,12 +18,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import load_config
-from ..embed import SentenceTransformerEmbedder
-from ..index import HybridIndex, default_embedder
-from ..retrieve import HybridRetriever
-from .ranking import percentile
-from .retrieval import evaluate, load_beir
+from _common import data_dir  # first: puts the checkout on sys.path
+from ragbudget.config import load_config
+from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.eval.retrieval import evaluate, load_beir
+from ragbudget.index import HybridIndex, default_embedder
+from ragbudget.retrieve import HybridRetriever
+from ragbudget.stats import percentile
 
 MODES = ("bm25", "dense", "hybrid")
 
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None)
     ap.add_argument("--json", default=None, help="also write the raw results to this JSON file")
     args = ap.parse_args(argv)
+    for f in args.folders:
+        data_dir(f, "corpus.jsonl", "queries.jsonl")
     results = [bench_one(f, args.config) for f in args.folders]
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -1,9 +1,10 @@
 """Query-embedding latency under concurrency, unbatched vs :class:`~ragbudget.embed_microbatch.MicroBatcher`.
 
-    python -m ragbudget.eval.microbatch_bench --requests 64 --concurrency 1 4 8 16 --wait 0 2 5 --rounds 3
+    .venv/bin/python benchmarks/microbatch.py --requests 64 --concurrency 1 4 8 16 --wait 0 2 5 --rounds 3
 
-Closed loop: C threads embed distinct real questions (Cranfield + SQuAD) back to back; every cell sends
-the same ``--requests`` texts, ``--rounds`` times. Reports P50/P95/P99 per call and throughput, one table from one run.
+Closed loop: C threads embed distinct real questions (Cranfield + SQuAD under ``--data``, default
+../shared/data/eval) back to back; every cell sends the same ``--requests`` texts, ``--rounds`` times.
+Reports P50/P95/P99 per call and throughput, one table from one run.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..config import EmbeddingConfig
-from ..embed import SentenceTransformerEmbedder
-from ..embed_microbatch import MicroBatcher
-from .ranking import percentile
+from _common import EVAL_DATA, data_dir  # first: puts the checkout on sys.path
+from ragbudget.config import EmbeddingConfig
+from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.embed_microbatch import MicroBatcher
+from ragbudget.stats import percentile
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "eval"
 
-
-def questions(limit: int) -> list[str]:
+def questions(limit: int, data: Path = EVAL_DATA) -> list[str]:
     out: list[str] = []
-    for f in (DATA / "cranfield" / "queries.jsonl", DATA / "squad2" / "questions.jsonl"):
+    for f in (data / "cranfield" / "queries.jsonl", data / "squad2" / "questions.jsonl"):
         if f.is_file():
             out += [json.loads(x)["text"] for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
     return out[:limit]
@@ -55,13 +55,15 @@ def run_cell(embed_query: Callable[[str], Any], texts: Sequence[str], concurrenc
 
 
 def run(n_requests: int, concurrency: Sequence[int], waits: Sequence[float], max_batch: int,
-        rounds: int = 3) -> list[dict[str, Any]]:
+        rounds: int = 3, data: Path = EVAL_DATA) -> list[dict[str, Any]]:
     """Every (concurrency, mode) cell ``rounds`` times, modes interleaved round by round so that load from
     elsewhere on the machine hits all modes alike; percentiles over all rounds' calls."""
+    texts = questions(n_requests, data)
+    if not texts:
+        raise SystemExit(f"no questions under {data} (cranfield/queries.jsonl, squad2/questions.jsonl)")
     # no persistent or in-memory text cache: every call below really runs the model
     emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=False, memory_cache_entries=0))
     emb.warm_up()
-    texts = questions(n_requests)
     run_cell(emb.embed_query, texts[:16], 1)  # warm the model's kernels
     modes = ["unbatched"] + [f"batched wait={w:g}ms" for w in waits]
     lat: dict[tuple[int, str], list[float]] = {}
@@ -108,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--data", default=str(EVAL_DATA), help="folder holding cranfield/ and squad2/ (default: %(default)s)")
     args = ap.parse_args(argv)
-    rows = run(args.requests, args.concurrency, args.wait, args.max_batch, args.rounds)
+    data = data_dir(args.data)
+    rows = run(args.requests, args.concurrency, args.wait, args.max_batch, args.rounds, data)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
     print(markdown(rows))

@@ -1,4 +1,5 @@
-"""The LlamaIndex default pipeline, as the baseline ragbudget is compared with.
+"""The LlamaIndex default pipeline, as the baseline ragbudget is compared with (a helper of
+``headline.py`` and ``frugal_curve.py``, not a script).
 
 Everything LlamaIndex does by default: ``SentenceSplitter()`` (1024-token chunks, 200 overlap),
 ``VectorStoreIndex`` in memory (dense only), ``as_retriever()`` with its default ``similarity_top_k`` (2),
@@ -23,12 +24,13 @@ from llama_index.core.constants import DEFAULT_SIMILARITY_TOP_K
 from llama_index.core.node_parser import SentenceSplitter
 from pydantic import PrivateAttr
 
-from ..embed import Embedder
-from ..errors import IngestError
-from ..tokens import Tokenizer, ensure_offline_cache
-from .answers import contains_answer, load_questions
-from .ranking import dedupe, ndcg_at_k, percentile
-from .retrieval import load_beir
+import _common  # noqa: F401 - puts the checkout first on sys.path
+from ragbudget.embed import Embedder
+from ragbudget.errors import IngestError
+from ragbudget.eval.answers import contains_answer, load_questions
+from ragbudget.eval.ranking import dedupe, ndcg_at_k, percentile
+from ragbudget.eval.retrieval import load_beir
+from ragbudget.tokens import Tokenizer, ensure_offline_cache
 
 SEP = "\n\n"
 

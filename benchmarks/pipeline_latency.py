@@ -1,8 +1,9 @@
 """End-to-end latency of the RAG facade: fresh answers against cached ones, in the same run.
 
-    python -m ragbudget.eval.pipeline_bench ../shared/data/eval/squad2 --n 100
-    python -m ragbudget.eval.pipeline_bench ../shared/data/eval/squad2 --n 100 --count-cache
-    python -m ragbudget.eval.pipeline_bench ../shared/data/eval/squad2 --n 20 --gc
+    .venv/bin/python benchmarks/pipeline_latency.py ../shared/data/eval/squad2 --n 100
+    .venv/bin/python benchmarks/pipeline_latency.py ../shared/data/eval/squad2 --n 100 --modes
+    .venv/bin/python benchmarks/pipeline_latency.py ../shared/data/eval/squad2 --n 100 --count-cache
+    .venv/bin/python benchmarks/pipeline_latency.py ../shared/data/eval/squad2 --n 20 --gc
 
 Ingests the corpus into a temporary index, asks ``n`` questions fresh (cold response cache, warm model),
 then the same questions again (exact-cache hits) and once more with different casing/punctuation
@@ -23,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Config
-from ..pipeline import RAG
-from ..stats import percentile
-from .traffic import load_questions
+from _common import data_dir  # first: puts the checkout on sys.path
+from ragbudget.config import Config
+from ragbudget.eval.traffic import load_questions
+from ragbudget.pipeline import RAG
+from ragbudget.stats import percentile
 
 
 def _pcts(values: list[float]) -> dict[str, float]:
@@ -179,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gc", action="store_true",
                     help="time a full garbage collection before and after gc.freeze instead")
     args = ap.parse_args(argv)
+    data_dir(args.folder, "corpus.jsonl", "questions.jsonl")
     if args.gc:
         result = gc_pause(args.folder, args.n)
     elif args.count_cache:

@@ -1,10 +1,12 @@
 """Bounded load test of ``ragbudget serve`` on loopback: TTFT and throughput unloaded, then open-loop
 Poisson traffic at 2× the sustainable rate with admission control on and off, then batch traffic alongside.
 
-    python -m ragbudget.eval.loadtest --docs 200 --duration 15 --json loadtest.json
+    .venv/bin/python benchmarks/loadtest.py --docs 200 --duration 15 --json loadtest.json
 
 Every phase is bounded in request count and wall time. The server runs in a subprocess
-(``python -m ragbudget serve``) so the load generator does not share its interpreter.
+(``python -m ragbudget serve``) so the load generator does not share its interpreter. Data: the first
+``--docs`` documents of a BEIR folder (``--data``, default ../shared/data/eval/cranfield), questions cycled
+from its queries.jsonl.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from typing import Any
 
 import httpx
 
-from ..config import Config, dump_config
-from ..pipeline import RAG
-from ..stats import percentile
+from _common import EVAL_DATA, ROOT, data_dir  # first: puts the checkout on sys.path
+from ragbudget.config import Config, dump_config
+from ragbudget.pipeline import RAG
+from ragbudget.stats import percentile
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "eval" / "cranfield"
+DATA = EVAL_DATA / "cranfield"
 # A fresh server answers its first ~100-200 requests up to 2x slower (allocator, lazy imports, caches);
 # both servers get the same warm-up so that unloaded and loaded phases compare like with like.
 WARMUP = 200
@@ -171,7 +174,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m ragbudget serve`` in a subprocess; waits for /readyz (bounded)."""
+    """``python -m ragbudget serve`` (this checkout's) in a subprocess; waits for /readyz (bounded)."""
 
     def __init__(self, config_path: Path, timeout_s: float = 300, cpus: set[int] | None = None) -> None:
         self.cpus = cpus
@@ -184,7 +187,8 @@ class ServerProcess:
     def __enter__(self) -> "ServerProcess":
         cpus = self.cpus
         pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-        self.proc = subprocess.Popen(self.cmd, preexec_fn=pin)
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(self.cmd, preexec_fn=pin, env={**os.environ, "PYTHONPATH": path})
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -206,10 +210,10 @@ class ServerProcess:
             self.proc.kill()
 
 
-def build(work: Path, n_docs: int) -> tuple[Config, list[str]]:
-    corpus = (DATA / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:n_docs]
+def build(work: Path, n_docs: int, data: Path = DATA) -> tuple[Config, list[str]]:
+    corpus = (data / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:n_docs]
     (work / "docs.jsonl").write_text("\n".join(corpus) + "\n", encoding="utf-8")
-    questions = [json.loads(x)["text"] for x in (DATA / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
+    questions = [json.loads(x)["text"] for x in (data / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
     cfg = Config().with_overrides({
         "index.dir": str(work / "indexes"), "cache.response": False, "cache.retrieval": False,
         "cache.semantic.enabled": False, "service.batch_dir": str(work / "batches"),
@@ -243,12 +247,12 @@ async def batch_progress(url: str, status_url: str) -> dict[str, Any]:
 
 
 def run(n_docs: int, duration_s: float, slots: int, server_cpus: set[int] | None = None,
-        client_cpus: set[int] | None = None) -> dict[str, Any]:
+        client_cpus: set[int] | None = None, data: Path = DATA) -> dict[str, Any]:
     """All phases. ``server_cpus`` / ``client_cpus`` pin the server and this load generator to disjoint
     cores, so the generator's own CPU use does not show up as server latency."""
     with tempfile.TemporaryDirectory(prefix="ragbudget-load-") as tmp:
         work = Path(tmp)
-        cfg, questions = build(work, n_docs)
+        cfg, questions = build(work, n_docs, data)
         if client_cpus:
             os.sched_setaffinity(0, client_cpus)
         base = {"service.limits.max_concurrent": slots}
@@ -319,15 +323,17 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=200)
     ap.add_argument("--duration", type=float, default=15.0, help="seconds per open-loop phase")
     ap.add_argument("--slots", type=int, default=2, help="service.limits.max_concurrent")
     ap.add_argument("--server-cpus", default=None, help="pin the server to these cores, e.g. 0 or 0-1")
     ap.add_argument("--client-cpus", default=None, help="pin this load generator to these cores, e.g. 1")
     ap.add_argument("--json", default=None, help="write the report here")
+    ap.add_argument("--data", default=str(DATA), help="BEIR folder: corpus.jsonl + queries.jsonl (default: %(default)s)")
     args = ap.parse_args(argv)
-    report = run(args.docs, args.duration, args.slots, cpu_set(args.server_cpus), cpu_set(args.client_cpus))
+    data = data_dir(args.data, "corpus.jsonl", "queries.jsonl")
+    report = run(args.docs, args.duration, args.slots, cpu_set(args.server_cpus), cpu_set(args.client_cpus), data)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
     print(json.dumps({k: v for k, v in report.items() if k != "phases"}))

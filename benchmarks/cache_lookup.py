@@ -1,4 +1,4 @@
-"""Lookup latency per cache layer and backend: ``python -m ragbudget.eval.cache_bench``.
+"""Lookup latency per cache layer and backend: ``.venv/bin/python benchmarks/cache_lookup.py [--redis-url URL]``.
 
 Measures a hit in each layer (exact response, semantic response with and without the query embedding,
 retrieval) on memory, SQLite and (with ``--redis-url``) Redis, over a realistic answer record.
@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cache import (ExactResponseCache, KVBackend, MemoryBackend, RedisBackend, ResponseScope, RetrievalCache,
-                     SemanticResponseCache, SQLiteBackend)
-from ..config import EmbeddingConfig, SemanticCacheConfig
-from ..embed import SentenceTransformerEmbedder
+import _common  # noqa: F401 - first: puts the checkout on sys.path
+from ragbudget.cache import (ExactResponseCache, KVBackend, MemoryBackend, RedisBackend, ResponseScope,
+                             RetrievalCache, SemanticResponseCache, SQLiteBackend)
+from ragbudget.config import EmbeddingConfig, SemanticCacheConfig
+from ragbudget.embed import SentenceTransformerEmbedder
 
 QUESTIONS = [f"How do I configure feature number {i} for my account?" for i in range(200)]
 

@@ -1,11 +1,11 @@
 """The headline table of BENCHMARKS.md: ragbudget versus the LlamaIndex default pipeline, one command.
 
-    python -m ragbudget.eval.headline --write BENCHMARKS.md      (or: ragbudget bench headline --write …)
+    .venv/bin/python benchmarks/headline.py --write BENCHMARKS.md      (from the repo root)
 
 Same corpus, same MiniLM embedder, same generator. Measured in one run:
 
-- SQuAD 2.0 sample (../shared/data/eval/squad2): context tokens per query and answer-in-context;
-  ragbudget = the full pipeline (hybrid retrieve → rerank → budget → trim; extractive generator), its
+- SQuAD 2.0 sample (squad2/ under ``--data``, default ../shared/data/eval): context tokens per query and
+  answer-in-context; ragbudget = the full pipeline (hybrid retrieve → rerank → budget → trim; extractive generator), its
   context = what the budget let into the prompt; baseline = LlamaIndex defaults (SentenceSplitter 1024/200,
   dense top-2, whole chunks).
 - Cranfield: nDCG@10 (ragbudget: hybrid search; baseline: dense top-10 chunks → documents), plus context
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 import tempfile
@@ -31,20 +32,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, load_config
-from ..embed import EmbeddingCache, SentenceTransformerEmbedder
-from ..llm import LlamaCppGenerator, make_prompt
-from ..llm.gguf_writer import GGUFSpec, write_random_gguf
-from ..pipeline import RAG
-from ..tokens import Tokenizer
-from .answers import contains_answer, load_questions
-from .baseline import build_baseline, eval_answers, eval_retrieval, read_corpus
-from .ranking import dedupe, ndcg_at_k, percentile
-from .replay import LibraryTarget, replay
-from .retrieval import load_beir
-from .traffic import generate
+from _common import EVAL_DATA, ROOT, data_dir  # first: puts the checkout on sys.path
+from _baseline import build_baseline, eval_answers, eval_retrieval, read_corpus
+from ragbudget.config import Config, load_config
+from ragbudget.embed import EmbeddingCache, SentenceTransformerEmbedder
+from ragbudget.eval.answers import contains_answer, load_questions
+from ragbudget.eval.ranking import dedupe, ndcg_at_k, percentile
+from ragbudget.eval.replay import LibraryTarget, replay
+from ragbudget.eval.retrieval import load_beir
+from ragbudget.eval.traffic import generate
+from ragbudget.llm import LlamaCppGenerator, make_prompt
+from ragbudget.llm.gguf_writer import GGUFSpec, write_random_gguf
+from ragbudget.pipeline import RAG
+from ragbudget.tokens import Tokenizer
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "eval"
 N_CTX = 16384  # the GGUF's byte-level vocabulary spends ~4 tokens per tiktoken token
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 # LlamaIndex's default text QA template (llama_index.core.prompts.default_prompts), filled as one user turn.
@@ -95,20 +96,22 @@ def _pipeline_run(rag: RAG, questions: list[str], answers: list[list[str]] | Non
     return out
 
 
-def squad(base: Config, work: Path, emb: SentenceTransformerEmbedder, limit: int | None) -> dict[str, Any]:
-    folder = DATA / "squad2"
+def squad(base: Config, work: Path, emb: SentenceTransformerEmbedder, limit: int | None,
+          data: Path = EVAL_DATA) -> dict[str, Any]:
+    folder = data / "squad2"
     qs = load_questions(folder, limit)
     rag = _rag(base, work, "squad2", emb, folder / "corpus.jsonl")
     try:
         ours = _pipeline_run(rag, [q["text"] for q in qs], [q["answers"] for q in qs])
     finally:
         rag.close()
-    base = eval_answers(build_baseline(read_corpus(folder / "corpus.jsonl"), emb, fresh_queries=True), qs, Tokenizer())
-    return {"ragbudget": ours, "llamaindex": base}
+    li = eval_answers(build_baseline(read_corpus(folder / "corpus.jsonl"), emb, fresh_queries=True), qs, Tokenizer())
+    return {"ragbudget": ours, "llamaindex": li}
 
 
-def cranfield(base: Config, work: Path, emb: SentenceTransformerEmbedder, pipeline_queries: int) -> dict[str, Any]:
-    folder = DATA / "cranfield"
+def cranfield(base: Config, work: Path, emb: SentenceTransformerEmbedder, pipeline_queries: int,
+              data: Path = EVAL_DATA) -> dict[str, Any]:
+    folder = data / "cranfield"
     beir = load_beir(folder)
     qids = sorted(beir.queries, key=lambda q: (len(q), q))
     rag = _rag(base, work, "cranfield", emb, folder / "corpus.jsonl")
@@ -121,16 +124,17 @@ def cranfield(base: Config, work: Path, emb: SentenceTransformerEmbedder, pipeli
         rag.close()
     ours["ndcg@10"] = round(sum(nd) / len(nd), 4)
     base_index = build_baseline(read_corpus(folder / "corpus.jsonl"), emb, fresh_queries=True)
-    base = eval_retrieval(base_index, {q: beir.queries[q] for q in qids}, beir.qrels, k=10)
+    li = eval_retrieval(base_index, {q: beir.queries[q] for q in qids}, beir.qrels, k=10)
     tok = Tokenizer()
     default_ctx = [tok.count(base_index.context(beir.queries[q])) for q in qids[:pipeline_queries]]
-    base["context_tokens_mean"] = round(sum(default_ctx) / len(default_ctx), 1)  # default top-2 context
-    return {"ragbudget": ours, "llamaindex": base}
+    li["context_tokens_mean"] = round(sum(default_ctx) / len(default_ctx), 1)  # default top-2 context
+    return {"ragbudget": ours, "llamaindex": li}
 
 
-def ttft(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int, threads: int) -> dict[str, Any]:
+def ttft(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int, threads: int,
+         data: Path = EVAL_DATA) -> dict[str, Any]:
     """TTFT on llama.cpp: ragbudget's budgeted prompt vs LlamaIndex's default prompt, same model."""
-    folder = DATA / "squad2"
+    folder = data / "squad2"
     model = write_random_gguf(work / "headline.gguf", GGUFSpec(layers=4, dim=256, heads=4, ff=512,
                                                                context_length=N_CTX))
     ours_gen = LlamaCppGenerator(str(model), n_ctx=N_CTX, n_threads=threads)
@@ -139,7 +143,7 @@ def ttft(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int, thr
         "llm.tiers": [{"name": "local", "backend": "llamacpp", "model": str(model), "context_window": N_CTX,
                        "n_ctx": N_CTX, "max_output_tokens": 8}],
         "llm.router.enabled": False})
-    base = build_baseline(read_corpus(folder / "corpus.jsonl"), emb)
+    li = build_baseline(read_corpus(folder / "corpus.jsonl"), emb)
     qs = [q["text"] for q in load_questions(folder)][:n]
     a_t, b_t, a_p, b_p = [], [], [], []
     try:
@@ -149,7 +153,7 @@ def ttft(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int, thr
             ans = rag.query(q, max_tokens=8)
             a_t.append(ans.timings.ttft_ms or 0.0)
             a_p.append(ans.usage.prompt_tokens)
-            g = base_gen.generate(make_prompt([("user", LI_QA.format(context=base.context(q), query=q))]),
+            g = base_gen.generate(make_prompt([("user", LI_QA.format(context=li.context(q), query=q))]),
                                   max_tokens=8)
             b_t.append(g.timings.ttft_ms or 0.0)
             b_p.append(g.usage.prompt_tokens)
@@ -162,10 +166,11 @@ def ttft(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int, thr
                            "prompt_tokens_mean": round(sum(b_p) / len(b_p), 1)}}
 
 
-def cache_replay(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int) -> dict[str, Any]:
-    folder = DATA / "squad2"
-    rag = _rag(base, work, "squad2-cache", emb, folder / "corpus.jsonl", **{
-        "cache.response": True, "cache.retrieval": True, "cache.semantic.enabled": True})
+def cache_replay(base: Config, work: Path, emb: SentenceTransformerEmbedder, n: int,
+                 data: Path = EVAL_DATA) -> dict[str, Any]:
+    folder = data / "squad2"
+    caches_on: dict[str, Any] = {"cache.response": True, "cache.retrieval": True, "cache.semantic.enabled": True}
+    rag = _rag(base, work, "squad2-cache", emb, folder / "corpus.jsonl", **caches_on)
     recs = generate([q["text"] for q in load_questions(folder)], n, rate=1000.0, repeat=0.3,
                     paraphrase_rate=0.2, seed=7)
     try:
@@ -191,8 +196,9 @@ def _timed(name: str, fn: Any) -> Any:
 
 
 def run(squad_limit: int | None, cranfield_pipeline: int, ttft_n: int, replay_n: int, threads: int,
-        config: Config | None = None) -> dict[str, Any]:
-    """Every section; ``config`` is ragbudget's configuration (default: the built-in defaults)."""
+        config: Config | None = None, data: Path = EVAL_DATA) -> dict[str, Any]:
+    """Every section; ``config`` is ragbudget's configuration (default: the built-in defaults); ``data``
+    holds squad2/ and cranfield/."""
     base = config or Config()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ragbudget-headline-") as tmp:
@@ -200,10 +206,10 @@ def run(squad_limit: int | None, cranfield_pipeline: int, ttft_n: int, replay_n:
         emb = SentenceTransformerEmbedder(base.embedding, cache=EmbeddingCache(work / "emb.sqlite"))
         emb.warm_up()
         out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d")}
-        out["squad2"] = _timed("squad2", lambda: squad(base, work, emb, squad_limit))
-        out["cranfield"] = _timed("cranfield", lambda: cranfield(base, work, emb, cranfield_pipeline))
-        out["ttft"] = _timed("ttft", lambda: ttft(base, work, emb, ttft_n, threads)) if ttft_n else None
-        out["cache"] = _timed("cache", lambda: cache_replay(base, work, emb, replay_n)) if replay_n else None
+        out["squad2"] = _timed("squad2", lambda: squad(base, work, emb, squad_limit, data))
+        out["cranfield"] = _timed("cranfield", lambda: cranfield(base, work, emb, cranfield_pipeline, data))
+        out["ttft"] = _timed("ttft", lambda: ttft(base, work, emb, ttft_n, threads, data)) if ttft_n else None
+        out["cache"] = _timed("cache", lambda: cache_replay(base, work, emb, replay_n, data)) if replay_n else None
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -251,10 +257,10 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def write_section(path: Path, table: str, command: str, date: str) -> None:
+def write_section(path: Path, table: str, command: str, date: str, data: str = "../shared/data/eval") -> None:
     """Put the table between the headline markers (creating ``## Headline`` after the intro if missing)."""
     text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
-    block = f"{START}\nCommand: `{command}` · date {date} · data ../shared/data/eval/{{squad2,cranfield}}\n\n{table}\n{END}"
+    block = f"{START}\nCommand: `{command}` · date {date} · data {data}/{{squad2,cranfield}}\n\n{table}\n{END}"
     if START in text and END in text:
         text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
     else:
@@ -274,9 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None, help="ragbudget's config (default: built-in defaults)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--write", default=None, help="update the headline table in this BENCHMARKS.md")
+    ap.add_argument("--data", default=str(EVAL_DATA), help="folder holding squad2/ and cranfield/ (default: %(default)s)")
     args = ap.parse_args(argv)
+    data = data_dir(args.data, "squad2", "cranfield")
     r = run(args.squad_limit, args.cranfield_pipeline, args.ttft, args.replay, args.threads,
-            load_config(args.config, environ={}) if args.config else None)
+            load_config(args.config, environ={}) if args.config else None, data)
     r["config"] = args.config or "built-in defaults"
     table = markdown(r)
     print(json.dumps(r, indent=1))
@@ -284,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1), encoding="utf-8")
     if args.write:
-        cmd = "ragbudget bench headline " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
-        write_section(Path(args.write), table, cmd.strip(), r["date"])
+        cmd = ".venv/bin/python benchmarks/headline.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_section(Path(args.write), table, cmd.strip(), r["date"], os.path.relpath(data, ROOT))
     return 0
 
 
