@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from .text import CONDENSE_STOPWORDS, compound_words
+from .text import content_words as _content_words
 from .types import Message
 
 ANAPHORA = frozenset(
@@ -25,19 +27,13 @@ ANAPHORA = frozenset(
     "one ones former latter the_same".split())
 OPENERS = ("what about", "how about", "and ", "also ", "what else", "anything else", "why not", "what other",
            "tell me more", "more about", "is that", "was that", "did he", "did she", "did they")
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
 # A run of capitalised words (allowing "of", "the", "and" inside), or a number with a unit-ish word.
 _ENTITY = re.compile(r"\b(?:[A-Z][\w'\-]*)(?:\s+(?:of|the|and|de|von|van|for|on)?\s*[A-Z][\w'\-]*)*")
-_STOP = frozenset(
-    "a an the and or but if of to in on at by for with from as is are was were be been being do does did "
-    "has have had what which who whom whose when where why how that this these those it its he she they "
-    "them his her their i you we me my your our us not no yes so than then there here about into over "
-    "after before also can could would should will may might any some all more most other such only own "
-    "same too very just up out tell know like please thanks ok okay".split())
 # Capitalised words that open sentences without naming anything.
-_NOT_NAMES = _STOP | {"what", "when", "where", "who", "why", "how", "which", "did", "does", "do", "is", "was",
-                      "are", "were", "in", "on", "after", "before", "during", "yes", "no", "i", "he", "she",
-                      "they", "it", "the", "a", "an", "this", "that", "there", "also", "however", "cannotanswer"}
+_NOT_NAMES = CONDENSE_STOPWORDS | {
+    "what", "when", "where", "who", "why", "how", "which", "did", "does", "do", "is", "was", "are", "were", "in",
+    "on", "after", "before", "during", "yes", "no", "i", "he", "she", "they", "it", "the", "a", "an", "this",
+    "that", "there", "also", "however", "cannotanswer"}
 
 
 @dataclass(frozen=True)
@@ -54,13 +50,15 @@ class Condensed:
 
 
 def content_words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1]
+    """Lowercased words of two or more characters that name a topic (:data:`~ragbudget.text.CONDENSE_STOPWORDS`
+    removed; hyphenated compounds kept whole)."""
+    return _content_words(compound_words(text), CONDENSE_STOPWORDS, min_len=2)
 
 
 def needs_context(question: str) -> bool:
     """Does the question lean on the conversation (anaphora, elliptical opener, too few content words)?"""
     low = question.strip().lower()
-    words = [w.lower() for w in _WORD.findall(question)]
+    words = [w.lower() for w in compound_words(question)]
     if any(w in ANAPHORA for w in words):
         return True
     if low.startswith(OPENERS):

@@ -8,12 +8,13 @@ The current question is not part of the history and is never dropped here.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from .config import TrimConfig
 from .errors import QueryError
+from .text import CONVERSATION_STOPWORDS, compound_words
+from .text import content_words as _content_words
 from .tokens import Tokenizer
 from .trim import split_sentences
 from .types import Message
@@ -21,13 +22,6 @@ from .types import Message
 Summarize = Callable[[str, int], str]
 SUMMARY_LABEL = "Earlier conversation (compressed): "
 ROLES = ("system", "user", "assistant")
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
-STOPWORDS = frozenset(
-    "a an the and or but if of to in on at by for with from as is are was were be been being do does did "
-    "has have had what which who whom whose when where why how that this these those it its he she they "
-    "them his her their i you we me my your our us not no yes so than then there here about into over "
-    "after before also can could would should will may might did does any some all more most other such "
-    "only own same too very just up out".split())
 
 
 @dataclass
@@ -71,7 +65,9 @@ def message_tokens(m: Message, tokenizer: Tokenizer) -> int:
 
 
 def content_words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text) if w.lower() not in STOPWORDS}
+    """The lowercased words of ``text`` that say what it is about (:data:`~ragbudget.text.CONVERSATION_STOPWORDS`
+    removed; hyphenated compounds kept whole)."""
+    return set(_content_words(compound_words(text), CONVERSATION_STOPWORDS))
 
 
 def fit_history(history: Sequence[Any] | None, budget: int, tokenizer: Tokenizer, cfg: TrimConfig, *,
@@ -132,7 +128,8 @@ def extractive_summary(msgs: Sequence[Message], max_tokens: int, tokenizer: Toke
     for idx, s in sents:
         words = content_words(s)
         overlap = len(words & qwords) / (len(qwords) or 1)
-        names = sum(1 for w in _WORD.findall(s) if w[:1].isupper()) / (len(_WORD.findall(s)) or 1)
+        tokens = compound_words(s)
+        names = sum(1 for w in tokens if w[:1].isupper()) / (len(tokens) or 1)
         scored.append((2.0 * overlap + names + 0.5 * idx / n + (0.5 if idx < 2 else 0.0), idx, s))
     scored.sort(key=lambda t: (-t[0], t[1]))
     chosen: dict[int, str] = {}

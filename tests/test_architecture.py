@@ -2,7 +2,7 @@
 the layers below it. Read with ``ast`` (no import runs), lazy imports inside functions included.
 
     0 foundation   types, errors, config
-    1 kernels      pure functions: tokens, budget, fusion, stats, stemming, breaker, kv_memory
+    1 kernels      pure functions: tokens, text, budget, fusion, stats, breaker, kv_memory, degrade, async_bridge
     2 stores       index/, cache/, embed, embed_microbatch, ingest/, buckets
     3 stages       retrieve, rerank, trim, prompt, context, history, condense, route, handlers, llm/, ...
     4 pipeline     the RAG facade
@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     # 0 foundation
     "types": 0, "errors": 0, "config": 0,
     # 1 pure kernels
-    "tokens": 1, "budget": 1, "fusion": 1, "stats": 1, "stemming": 1, "breaker": 1, "kv_memory": 1, "degrade": 1, "async_bridge": 1,
+    "tokens": 1, "budget": 1, "fusion": 1, "stats": 1, "text": 1, "breaker": 1, "kv_memory": 1, "degrade": 1, "async_bridge": 1,
     # 2 stores and caches
     "index": 2, "cache": 2, "embed": 2, "embed_microbatch": 2, "ingest": 2, "buckets": 2,
     # 3 stages of a request, and what they report to

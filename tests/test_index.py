@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from ragbudget import RAG
 from ragbudget.embed import SentenceTransformerEmbedder
 from ragbudget.errors import IndexBusyError, IndexMismatchError, IndexNotFoundError, IngestError
 from ragbudget.index import Analyzer, DenseIndex, HybridIndex, SparseIndex, ingest_path
-from ragbudget.index.lock import lock_path
+from ragbudget.index.lock import index_write_lock, lock_path
 
 from fixtures_retrieval import CountingEmbedder, cfg, embedder, minimal_pdf, real_embedder  # noqa: F401
 
@@ -183,6 +184,28 @@ def test_second_writer_waits_then_fails_naming_the_holder(tmp_path: Path, cfg: C
     finally:
         holder.communicate("\n", timeout=10)  # the holder exits: its lock goes with it
     assert ingest_path(docs, "kb", cfg.with_overrides({"index.lock_timeout_s": 0.3}), embedder).documents == 4
+
+
+def test_a_killed_writer_leaves_no_stale_lock(tmp_path: Path, cfg: Config) -> None:
+    folder = HybridIndex.path_for("kb", cfg)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time\n"
+         "from ragbudget.index.lock import index_write_lock\n"
+         f"with index_write_lock({str(folder)!r}, 5):\n"
+         "    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert lock_path(folder).read_text() == str(holder.pid)
+        with pytest.raises(IndexBusyError, match=f"pid {holder.pid}.*waited 0 s"):
+            with index_write_lock(folder, 0):
+                pass
+    finally:
+        holder.kill()  # SIGKILL: nothing runs in the holder, its pid stays in the lock file
+        holder.wait(10)
+    with index_write_lock(folder, 0):  # the kernel dropped the dead holder's lock: no wait
+        assert lock_path(folder).read_text() == str(os.getpid())
+    assert lock_path(folder).read_text() == ""
 
 
 def test_two_writers_of_one_index_lose_nothing(tmp_path: Path, cfg: Config,

@@ -27,22 +27,20 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from ..stemming import stem
+from ..text import GUARD_STOPWORDS, contrast_tokens, stem
 from . import contrast_lexicon as hand
-from .guards import NEGATIONS, NUMBER_WORDS, STOPWORDS
+from .guards import NEGATIONS, NUMBER_WORDS
 
 WordSimilarity = Callable[[str, str], float]
 """``similarity(word_a, word_b) -> cosine``: optional last evidence for a substituted word pair."""
 
 LEXICON_PATH = Path(__file__).with_name("data") / "wordnet_lexicon.json.gz"
-_TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)*|[$€£¥]")  # hyphens split: "media-rich" = "media rich"
 _AFFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "non-", "anti", "mis", "de")
 _COORD = frozenset({"and", "or", "nor", "vs", "versus", "&", "plus"})  # "X and Y" = "Y and X"
 _ARTICLES = frozenset({"a", "an", "the"})
@@ -50,7 +48,7 @@ _MAX_SPAN = 5  # a role swap is a local reordering: at most this many tokens bet
 _BE = frozenset({"is", "was", "were", "are", "been", "being", "be", "get", "got", "gets", "getting"})
 # Classes whose words are function words: they contrast only when both sides use the class.
 _BOTH_SIDES = frozenset({"tense", "modal", "person", "wh"})
-FUNCTION = STOPWORDS | NEGATIONS
+FUNCTION = GUARD_STOPWORDS | NEGATIONS
 
 
 @dataclass(frozen=True)
@@ -120,7 +118,7 @@ def strip_fillers(text: str) -> str:
 
 def words(text: str) -> list[Word]:
     """The analysed tokens of ``text`` after :func:`strip_fillers` (digits dropped: the number guard's)."""
-    return [analyse(t[:-2] if t.endswith("'s") else t) for t in _TOKEN.findall(strip_fillers(text))]
+    return [analyse(t[:-2] if t.endswith("'s") else t) for t in contrast_tokens(strip_fillers(text))]
 
 
 def _classes_of(w: Word) -> tuple[tuple[str, int], ...]:

@@ -6,7 +6,7 @@ semantic hit is rejected when the stored and the new question differ in
 - numbers (digits or number words: "8" = "eight"; "4.4%" ≠ "4.6%"),
 - named entities (capitalised tokens not opening a sentence, acronyms; "Gmail" ≠ "Outlook"),
 - negation ("not", "no", "never", "n't", "without", ...),
-- content: too many content words (stemmed, stopwords removed) on either side that the other lacks —
+- content: too many content words (stemmed, stop words removed) on either side that the other lacks —
   the typical false paraphrase adds or drops a clause ("... although it is first among 18-49s"),
 - contrast (:mod:`ragbudget.cache.contrast`, on by default): the words in which the two differ must be
   evidence of the same question — antonyms, comparatives, direction, units, currencies, tense, swapped
@@ -14,7 +14,8 @@ semantic hit is rejected when the stored and the new question differ in
   "substitution"; with it on, the content guard counts words after fillers and synonyms are removed).
 
 Every check is a pure function of the two texts (the contrast check may also consult an optional
-word-similarity callable); :func:`check` returns the first failing guard's name.
+word-similarity callable); :func:`check` returns the first failing guard's name. Words, stop words
+(:data:`~ragbudget.text.GUARD_STOPWORDS`) and stems come from :mod:`ragbudget.text`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from ..stemming import stem
+from ..text import GUARD_STOPWORDS, UNICODE_WORD, stem, unicode_words
 
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:/]\d+)*")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;\"“(]\s*)$")
 
@@ -46,18 +46,8 @@ NEGATIONS = frozenset({
     "fail", "fails", "failed", "lack", "lacks",
 })
 
-STOPWORDS = frozenset("""
-a about above after again against all also am an and any are as at be because been before being below
-between both but by can could did do does doing down during each few for from further had has have
-having he her here hers herself him himself his how i if in into is it its itself just me more most my
-myself of off on once only or other our ours ourselves out over own same she should so some such than
-that the their theirs them themselves then there these they this those through to too under until up
-very was we were what when where which while who whom why will with would you your yours yourself
-yourselves said says say told according would may might must shall us s t ll d m re ve y get got
-""".split())
-
 # Capitalised words that open questions or are pronouns/fillers, not entities.
-_NOT_ENTITIES = STOPWORDS | {"please", "hi", "hello", "thanks", "mr", "mrs", "ms", "dr", "st"}
+_NOT_ENTITIES = GUARD_STOPWORDS | {"please", "hi", "hello", "thanks", "mr", "mrs", "ms", "dr", "st"}
 
 
 
@@ -76,10 +66,6 @@ class GuardSettings:
     contrast: bool = True
 
 
-def _stem(word: str) -> str:
-    return stem(word)
-
-
 def _canon_number(tok: str) -> str:
     t = tok.replace(",", "")
     if re.fullmatch(r"[-+]?\d+\.\d+", t):
@@ -90,14 +76,14 @@ def _canon_number(tok: str) -> str:
 def numbers(text: str) -> frozenset[str]:
     """Numbers in ``text`` (digits and number words), canonicalised."""
     found = {_canon_number(m.group(0)) for m in _NUMBER.finditer(text)}
-    found |= {NUMBER_WORDS[w] for w in (w.casefold() for w in _WORD.findall(text)) if w in NUMBER_WORDS}
+    found |= {NUMBER_WORDS[w] for w in (w.casefold() for w in unicode_words(text)) if w in NUMBER_WORDS}
     return frozenset(found)
 
 
 def negation_count(text: str) -> int:
     """How many negation cues ``text`` holds ("n't" contractions included)."""
     n = 0
-    for w in _WORD.findall(text.replace("’", "'")):
+    for w in unicode_words(text.replace("’", "'")):
         lw = w.casefold()
         if lw in NEGATIONS or lw.endswith("n't"):
             n += 1
@@ -107,7 +93,7 @@ def negation_count(text: str) -> int:
 def entities(text: str) -> frozenset[str]:
     """Named-entity-like tokens: capitalised words that do not open a sentence, acronyms, CamelCase."""
     out: set[str] = set()
-    for m in _WORD.finditer(text.replace(".", "") if re.search(r"\b(?:[A-Z]\.){2,}", text) else text):
+    for m in UNICODE_WORD.finditer(text.replace(".", "") if re.search(r"\b(?:[A-Z]\.){2,}", text) else text):
         w = m.group(0)
         lw = w.casefold()
         base = re.sub(r"['’]s$", "", lw)
@@ -125,13 +111,13 @@ def entities(text: str) -> frozenset[str]:
 def content_words(text: str) -> frozenset[str]:
     """Stemmed, lowercased content words (stopwords, numbers and negations removed)."""
     out = set()
-    for w in _WORD.findall(text.replace("’", "'")):
+    for w in unicode_words(text.replace("’", "'")):
         lw = re.sub(r"'s$", "", w.casefold())
-        if lw in STOPWORDS or lw in NEGATIONS or lw in NUMBER_WORDS or lw.endswith("n't") or lw.isdigit():
+        if lw in GUARD_STOPWORDS or lw in NEGATIONS or lw in NUMBER_WORDS or lw.endswith("n't") or lw.isdigit():
             continue
         if any(c.isdigit() for c in lw):
             continue
-        out.add(_stem(lw))
+        out.add(stem(lw))
     return frozenset(out)
 
 
@@ -139,7 +125,7 @@ def _unmentioned(ents: frozenset[str], other: str) -> bool:
     """True when some entity is not mentioned (in any case) in ``other``."""
     if not ents:
         return False
-    words = {re.sub(r"['’]s$", "", w.casefold()) for w in _WORD.findall(other.replace(".", ""))}
+    words = {re.sub(r"['’]s$", "", w.casefold()) for w in unicode_words(other.replace(".", ""))}
     return not ents <= words
 
 

@@ -1,9 +1,10 @@
 """``index.backend: local``: indexes as files under ``index.dir`` (the embedded default).
 
-One writer per index at a time (a ``flock``), readers in any number of processes. The committed version is
-read from ``manifest.json``; a stat of it (inode, size, mtime) decides whether to read it again, so the check
-a serving process runs before each query costs one system call. Ingest jobs are JSON files under
-``<index.dir>/.jobs/`` written atomically, so every worker and process on the machine reads the same job.
+One writer per index at a time (a ``filelock`` lock, ``flock`` on POSIX), readers in any number of processes.
+The committed version is read from ``manifest.json``; a stat of it (inode, size, mtime) decides whether to
+read it again, so the check a serving process runs before each query costs one system call. Ingest jobs are
+JSON files under ``<index.dir>/.jobs/`` written atomically, so every worker and process on the machine reads
+the same job.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One writer per index across processes: an exclusive ``flock`` on ``<index.dir>/.<name>.lock``.
+"""One writer per index across processes: a :class:`filelock.FileLock` on ``<index.dir>/.<name>.lock``.
 
 Saves are atomic (see :mod:`ragbudget.index.hybrid`), but two writers that each load, change and save an
 index would lose one writer's changes (the later save replaces the earlier one). Every ingest therefore holds
@@ -6,24 +6,23 @@ this lock from opening the index to saving it; a second writer — another ``rag
 background ingest, a notebook — waits up to ``index.lock_timeout_s`` and then fails with
 :class:`~ragbudget.errors.IndexBusyError` naming the process that holds it. Readers never take it.
 
-``flock`` locks belong to an open file, so two writers in one process also exclude each other, and the
-kernel drops the lock when its holder exits or crashes (a stale lock file is harmless).
+On POSIX the lock is an ``flock`` on the open file (on Windows, ``msvcrt`` locking): two writers in one
+process exclude each other too (each call opens the file anew), and the kernel drops the lock when its
+holder exits or is killed (``kill -9`` included), so a lock file left behind is harmless. The holder writes
+its pid into the file through filelock's ``on_acquired`` hook (a contender opens the file without truncating
+it, so the pid stays readable while it waits) and clears it before releasing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import Callable, Iterator
+
+from filelock import FileLock, Timeout
 
 from ..errors import IndexBusyError, IngestError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on POSIX: no cross-process lock (documented)
-    fcntl = None  # type: ignore[assignment]
 
 POLL_S = 0.1
 
@@ -37,51 +36,55 @@ def lock_path(folder: str | os.PathLike[str]) -> Path:
 @contextlib.contextmanager
 def index_write_lock(folder: str | os.PathLike[str], timeout_s: float,
                      on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold the writer lock of the index in ``folder`` for the body; wait at most ``timeout_s`` for it."""
+    """Hold the writer lock of the index in ``folder`` for the body; wait at most ``timeout_s`` for it.
+
+    ``on_wait(message)`` is called once if the lock is busy at the first try."""
     path = lock_path(folder)
     name = Path(folder).name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+", encoding="utf-8")
     except OSError as err:
         raise IngestError(f"cannot write to the index folder {path.parent}: {err.strerror or err}",
                           fix="check index.dir and its permissions (the index needs a writable folder)") from None
-    if fcntl is None:  # pragma: no cover
-        with f:
-            yield
-        return
-    with f:
-        deadline = time.monotonic() + timeout_s
-        told = False
-        while True:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = _holder(path)
-                if time.monotonic() >= deadline:
-                    raise IndexBusyError(
-                        f"index {name!r} is being written by another process{holder} "
-                        f"(waited {timeout_s:g} s)",
-                        fix="wait for that ingest to finish, or raise index.lock_timeout_s") from None
-                if on_wait is not None and not told:
-                    on_wait(f"waiting for another writer of index {name!r}{holder}")
-                    told = True
-                time.sleep(POLL_S)
+    held: list[int] = []
+
+    def stamp(fd: int) -> None:  # runs with the lock held, before acquire() returns
+        _record(fd, str(os.getpid()))
+        held.append(fd)
+
+    lock = FileLock(path, poll_interval=POLL_S, on_acquired=stamp)
+    try:
         try:
-            _record(f, str(os.getpid()))
-            yield
+            lock.acquire(blocking=False)
+        except Timeout:
+            if timeout_s <= 0:
+                raise
+            if on_wait is not None:
+                on_wait(f"waiting for another writer of index {name!r}{_holder(path)}")
+            lock.acquire(timeout=timeout_s)
+    except Timeout:  # before OSError: filelock's Timeout is a TimeoutError
+        raise IndexBusyError(f"index {name!r} is being written by another process{_holder(path)} "
+                             f"(waited {max(timeout_s, 0):g} s)",
+                             fix="wait for that ingest to finish, or raise index.lock_timeout_s") from None
+    except OSError as err:
+        raise IngestError(f"cannot take the writer lock {path}: {err.strerror or err}",
+                          fix="index.dir must be writable and on a file system with file locks "
+                              "(a local disk; some network mounts lack them)") from None
+    try:
+        yield
+    finally:
+        try:
+            if held:
+                _record(held[0], "")  # no holder left behind
         finally:
-            _record(f, "")
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            lock.release()
 
 
-def _record(f: IO[str], holder: str) -> None:
+def _record(fd: int, holder: str) -> None:
     """Replace the lock file's content (the holder's pid, or nothing once released)."""
-    f.seek(0)
-    f.truncate()
-    f.write(holder)
-    f.flush()
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, holder.encode())
 
 
 def _holder(path: Path) -> str:

@@ -1,5 +1,6 @@
-"""BM25 over an analyzer (lowercase alphanumeric tokens, English stop words, Snowball English stemming; each
-configurable in :class:`~ragbudget.config.BM25Config`), on bm25s' sparse score matrix.
+"""BM25 over an analyzer (lowercase alphanumeric tokens, NLTK English stop words, Snowball English stemming,
+all from :mod:`ragbudget.text`; stop words and stemming configurable in :class:`~ragbudget.config.BM25Config`),
+on bm25s' sparse score matrix.
 
 Scoring is Okapi BM25 as rank-bm25's ``BM25Okapi`` computes it (the reference a test compares top-k with on
 the shared collections): ``idf = log((N - df + .5) / (df + .5))`` and ``tf·(k1+1) / (tf + k1·(1 - b + b·dl/avgdl))``.
@@ -12,39 +13,30 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
 import bm25s
-import llama_index.core
 import numpy as np
 
 from ..config import BM25Config
-from ..stemming import stem_words
+from ..text import STOPWORDS, bm25_tokens, stem_words
 
 log = logging.getLogger(__name__)
 
-_TOKEN = re.compile(r"[a-z0-9]+")
-_STOPWORDS_FILE = (Path(llama_index.core.__file__).resolve().parent / "_static" / "nltk_cache" / "corpora"
-                   / "stopwords" / "english")
 EPSILON = 0.25  # rank-bm25's floor for negative idf, as a fraction of the mean idf
 
 
-@lru_cache(maxsize=1)
-def english_stopwords() -> frozenset[str]:
-    """NLTK's English stop-word list (shipped inside llama-index-core), split like our tokens."""
-    words = _STOPWORDS_FILE.read_text(encoding="utf-8").split()
-    return frozenset(t for w in words for t in _TOKEN.findall(w.lower()))
-
-
 class Analyzer:
-    """Text → index terms. Stateless apart from a stemming memo; safe to share between threads."""
+    """Text → index terms: :func:`~ragbudget.text.bm25_tokens`, less :data:`~ragbudget.text.STOPWORDS`,
+    stemmed. Stateless apart from a memo; safe to share between threads.
+
+    Indexes on disk record only ``settings()``, so these steps must not change for a given setting."""
 
     def __init__(self, config: BM25Config) -> None:
         self.config = config
-        self._stop = english_stopwords() if config.stopwords else frozenset()
+        self._stop: frozenset[str] = STOPWORDS if config.stopwords else frozenset()
         self._stem = config.stemmer == "english"
         self._memo = lru_cache(maxsize=65536)(self._terms)
 
@@ -52,7 +44,7 @@ class Analyzer:
         return {"stemmer": self.config.stemmer, "stopwords": self.config.stopwords}
 
     def __call__(self, text: str) -> list[str]:
-        toks = [t for t in _TOKEN.findall(text.lower()) if t not in self._stop]
+        toks = [t for t in bm25_tokens(text) if t not in self._stop]  # already lowercase
         return stem_words(toks) if self._stem else toks
 
     def _terms(self, text: str) -> tuple[str, ...]:

@@ -20,19 +20,13 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ..stemming import stem_words
+from ..text import EXTRACTIVE_STOPWORDS, clitic_words, stemmed_content_words
 from ..tokens import Tokenizer
 from ..trim import split_sentences as punkt_sentences
 from ..types import Prompt, Scored
 from .base import BaseGenerator, StreamState
 
 NO_ANSWER = "The retrieved documents do not contain an answer to this question."
-_STOP = frozenset(
-    "a an the of to in on at for and or but is are was were be been being by with from as that this these "
-    "those it its into than then there their what which who whom whose when where why how do does did "
-    "can could should would will shall may might must have has had not no yes i you he she we they me "
-    "my your our his her them us about over under between after before during any all some such".split())
-_WORD = re.compile(r"[A-Za-z0-9]+(?:'[a-z]+)?")
 SHORT_SENTENCE_WORDS = 8
 _PARA = re.compile(r"\n\s*\n")
 _PASSAGE = re.compile(r"^\[(\d+)\][ \t]*(.*)$", re.M)
@@ -47,9 +41,8 @@ class Passage:
 
 
 def terms(text: str) -> list[str]:
-    """Lower-cased, stemmed content words."""
-    words = [w.lower() for w in _WORD.findall(text)]
-    return stem_words(w for w in words if w not in _STOP)
+    """Lower-cased, stemmed content words (:data:`~ragbudget.text.EXTRACTIVE_STOPWORDS` removed)."""
+    return stemmed_content_words(clitic_words(text), EXTRACTIVE_STOPWORDS)
 
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S.*$", re.MULTILINE)

@@ -3,12 +3,12 @@ the tier order (never a tier whose window cannot hold the prompt), and the answe
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 from ..config import RouterConfig, TierConfig
 from ..errors import RoutingError
 from ..llm.extractive import terms
+from ..text import route_words
 from ..types import Prompt, Scored
 from .decision import Refit, RouteDecision
 from .tiers import TierSet
@@ -22,7 +22,7 @@ class Planner:
     def difficulty(self, question: str, confidence: float | None = None) -> float:
         """0 (easy) … 1 (hard) from question length, hard words, several questions, retrieval confidence."""
         r = self.config
-        words = re.findall(r"[\w'-]+", question.lower())
+        words = route_words(question.lower())
         d = 0.35 * min(1.0, len(words) / 40)
         hard_words = set(r.hard_words)
         hard = sum(1 for w in words if w in hard_words)
