@@ -16,3 +16,62 @@ class TestPostgresBackend(IndexConformance):
         b = PostgresBackend(pg_config)
         yield b
         b.close()
+
+
+
+QUERIES = ["boundary layer transition on a flat plate", "heat transfer in hypersonic flow",
+           "buckling of thin cylindrical shells under pressure", "slipstream wing lift"]
+
+
+def _open(pg_config, embedder, per_term: int):  # noqa: F811
+    from ragbudget.index.postgres import PostgresBackend
+
+    backend = PostgresBackend(pg_config.with_overrides({"index.postgres.sparse_postings_per_term": per_term}))
+    return backend, backend.open("impact", embedder, create=True)
+
+
+def _ranked(store, query: str, k: int = 10) -> list[tuple[str, float]]:
+    return [(c.id, round(s, 4)) for c, s in store.search_sparse(query, k)]
+
+
+def test_sparse_reads_each_terms_highest_impact_postings(pg_config, embedder):  # noqa: F811
+    """Impact-ordered sparse search: with room for every posting it ranks exactly as reading them all; with
+    3 per term it scores exactly the union of each term's 3 highest-impact postings (ties by row id)."""
+    from psycopg import sql
+
+    from index_conformance import cranfield_docs
+
+    b_exact, exact = _open(pg_config, embedder, 0)
+    exact.add_documents(cranfield_docs(), embedder)
+    b_all, roomy = _open(pg_config, embedder, 10_000)
+    b_few, few = _open(pg_config, embedder, 3)
+    try:
+        snap = exact._snap
+        postings = exact._t("postings", snap)
+        row_of = {}
+        with b_exact.pool.connection() as conn:
+            for cid, row in conn.execute(sql.SQL("SELECT chunk_id, row_id FROM {} WHERE valid_to IS NULL")
+                                         .format(exact._t("chunks", snap))).fetchall():
+                row_of[row] = cid
+        for q in QUERIES:
+            assert _ranked(roomy, q) == _ranked(exact, q)  # no term has 10,000 postings: exact
+            terms = exact._analyzer(q)
+            idf = exact.idf(terms)
+            with b_exact.pool.connection() as conn:
+                rows = conn.execute(sql.SQL("SELECT term, row_id, tf, dl, impact FROM {} WHERE term = ANY(%s) "
+                                            "AND valid_to IS NULL").format(postings), (list(set(terms)),)).fetchall()
+            scores: dict[int, float] = {}
+            for term in set(terms):
+                best = sorted((r for r in rows if r[0] == term), key=lambda r: (-r[4], r[1]))[:3]
+                for _, row, tf, dl, _impact in best:
+                    part = tf * (exact.k1 + 1) / (tf + exact.k1 * (1 - exact.b + exact.b * dl / snap.avgdl))
+                    scores[row] = scores.get(row, 0.0) + terms.count(term) * idf[term] * part
+            ranked = sorted((r for r, v in scores.items() if v > 0), key=lambda r: (-scores[r], r))  # as the SQL
+            want = [(row_of[r], round(scores[r], 4)) for r in ranked]
+            got = _ranked(few, q)
+            assert [c for c, _ in got] == [c for c, _ in want][:10] and [s for _, s in got] == pytest.approx(
+                [s for _, s in want][:10], abs=2e-4)
+            assert len(got) <= 3 * len(set(terms))  # only the best 3 postings of each term were read
+    finally:
+        for b in (b_exact, b_all, b_few):
+            b.close()

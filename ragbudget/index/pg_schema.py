@@ -8,7 +8,7 @@ Tables (in ``index.postgres.schema_name``; created idempotently):
                 of that version, so a reader at an old version scores with that version's numbers).
 * ``jobs``      ingest job records (jsonb), readable from every process.
 * per index N: ``chunks_N`` (text, jsonb metadata, ``vector(dim)`` under HNSW ``vector_ip_ops``),
-  ``postings_N`` (term → row, tf, length), ``terms_N`` (term → document frequency). Every row carries
+  ``postings_N`` (term → row, tf, length, impact: the posting's BM25 term score when written), ``terms_N`` (term → document frequency). Every row carries
   ``valid_from``/``valid_to`` revisions: a reader at revision v sees rows with
   ``valid_from <= v AND (valid_to IS NULL OR valid_to > v)``.
 """
@@ -187,7 +187,7 @@ def create_index_tables(conn: psycopg.Connection, schema: str, index_id: int, di
     conn.execute(sql.SQL("CREATE INDEX ON {} (source) WHERE valid_to IS NULL").format(c))
     conn.execute(sql.SQL("CREATE INDEX ON {} (valid_to) WHERE valid_to IS NOT NULL").format(c))
     conn.execute(sql.SQL("""CREATE TABLE {} (term text NOT NULL, row_id bigint NOT NULL, tf int NOT NULL,
-        dl int NOT NULL, valid_from bigint NOT NULL, valid_to bigint)""").format(p))
+        dl int NOT NULL, impact real NOT NULL, valid_from bigint NOT NULL, valid_to bigint)""").format(p))
     conn.execute(sql.SQL("""CREATE TABLE {} (term text NOT NULL, df int NOT NULL, valid_from bigint NOT NULL,
         valid_to bigint)""").format(t))
 
@@ -203,7 +203,9 @@ def create_search_indexes(conn: psycopg.Connection, schema: str, index_id: int, 
     conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")
     conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (embedding vector_ip_ops) WITH (m = {}, "
                          "ef_construction = {})").format(c, sql.Literal(int(m)), sql.Literal(int(ef_construction))))
-    conn.execute(sql.SQL("CREATE INDEX ON {} (term) INCLUDE (row_id, tf, dl, valid_from, valid_to)").format(p))
+    # impact-ordered postings: a term's highest-scoring postings first, read without touching the table
+    conn.execute(sql.SQL("CREATE INDEX ON {} (term, impact DESC, row_id) INCLUDE (tf, dl, valid_from, valid_to)")
+                 .format(p))
     conn.execute(sql.SQL("CREATE INDEX ON {} (row_id)").format(p))
     conn.execute(sql.SQL("CREATE INDEX ON {} (term) INCLUDE (df, valid_from, valid_to)").format(t))
     conn.execute(sql.SQL("CREATE INDEX ON {} (valid_to) WHERE valid_to IS NOT NULL").format(t))

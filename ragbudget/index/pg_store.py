@@ -134,6 +134,9 @@ class PostgresReader:
                 "ELSE ln((%(n)s - {df} + 0.5) / ({df} + 0.5)) END)")
 
     def search_sparse(self, query: str, k: int, filters: Filters = ()) -> list[tuple[Chunk, float]]:
+        """BM25 (rank-bm25's Okapi, this version's statistics) over the postings of the query's terms: per term
+        its ``index.postgres.sparse_postings_per_term`` highest-impact postings, whose union is scored exactly
+        (the same ranking as reading every posting whenever no term has more); all of them with filters."""
         snap = self._snap
         terms = self._analyzer(query)
         if snap.index_id is None or k <= 0 or not terms or not snap.n_chunks:
@@ -142,21 +145,29 @@ class PostgresReader:
         for t in terms:
             counts[t] = counts.get(t, 0) + 1
         where, fparams = filters_sql(filters)
-        join = "" if not filters else f"JOIN {{chunks}} c ON c.row_id = p.row_id AND {_frag(where)}"
         idf = self._idf_sql().format(df="t.df")
+        per_term = self.backend.config.index.postgres.sparse_postings_per_term
+        if filters:  # every matching posting: the best ones of a term may all be filtered out
+            source = f"""t JOIN {{postings}} p ON p.term = t.term AND {visible('p')}
+                    JOIN {{chunks}} c ON c.row_id = p.row_id AND {_frag(where)}"""
+        elif per_term > 0:  # impact-ordered: each term's highest-scoring postings, from the index alone
+            source = f"""t CROSS JOIN LATERAL (SELECT p.row_id, p.tf, p.dl FROM {{postings}} p
+                    WHERE p.term = t.term AND {visible('p')} ORDER BY p.impact DESC, p.row_id LIMIT %(per_term)s) p"""
+        else:
+            source = f"t JOIN {{postings}} p ON p.term = t.term AND {visible('p')}"
         q = sql.SQL(f"""WITH qt(term, qf) AS (SELECT * FROM unnest(%(terms)s::text[], %(qf)s::int[])),
               t AS MATERIALIZED (SELECT qt.term, qt.qf * {idf} AS w FROM qt
                     JOIN {{terms}} t ON t.term = qt.term AND {visible('t')}),
               s AS (SELECT p.row_id, sum(t.w * p.tf * (%(k1)s + 1)
                                  / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.dl / %(avgdl)s))) AS score
-                    FROM t JOIN {{postings}} p ON p.term = t.term AND {visible('p')} {join}
+                    FROM {source}
                     GROUP BY p.row_id ORDER BY score DESC, p.row_id LIMIT %(k)s)
             SELECT {COLS}, s.score FROM s JOIN {{chunks}} c ON c.row_id = s.row_id
             WHERE s.score > 0 ORDER BY s.score DESC, s.row_id""").format(
             terms=self._t("terms", snap), postings=self._t("postings", snap), chunks=self._t("chunks", snap))
         params = {"terms": list(counts), "qf": list(counts.values()), "v": snap.revision,
                   "n": float(snap.n_chunks), "eps": self.epsilon * snap.avg_idf, "k1": self.k1, "b": self.b,
-                  "avgdl": max(snap.avgdl, 1e-9), "k": int(k)}
+                  "avgdl": max(snap.avgdl, 1e-9), "k": int(k), "per_term": int(per_term)}
         q, params = _bind(q, params, fparams)
         with db_errors(f"sparse search of index {self.name!r}"), self.backend.pool.connection() as conn:
             rows = conn.execute(q, params).fetchall()

@@ -43,7 +43,7 @@ EMBED_BATCH = 256
 KEEP_REVISIONS = 2
 RETAIN_S = 600.0
 CHUNK_TYPES = ["int8", "text", "text", "text", "int4", "int4", "text", "jsonb", "int4", "vector", "int8"]
-POSTING_TYPES = ["text", "int8", "int4", "int4", "int8"]
+POSTING_TYPES = ["text", "int8", "int4", "int4", "float4", "int8"]
 
 
 def content_version(uid: str, revision: int) -> str:
@@ -309,13 +309,19 @@ class PostgresStore(PostgresReader):
                             cp.write_row((first + i, c.id, c.doc_id, c.source, c.position, c.n_tokens, c.text,
                                           Jsonb(_norm(c.metadata)), len(terms_of[i]),
                                           np.asarray(plan.vectors[c.id], dtype=np.float32), new))
-                    with conn.cursor().copy(sql.SQL("COPY {} (term, row_id, tf, dl, valid_from) FROM STDIN "
+                    # each posting's BM25 term score at the average length this write leaves; it only orders
+                    # a term's postings (search scores with the statistics of the version it reads)
+                    n_after = (0 if fresh else prev_n - closed_n) + len(plan.inserts)
+                    len_after = (0 if fresh else prev_len - closed_len) + sum(len(t) for t in terms_of)
+                    k1, b, avgdl = self.k1, self.b, max(len_after / max(n_after, 1), 1e-9)
+                    with conn.cursor().copy(sql.SQL("COPY {} (term, row_id, tf, dl, impact, valid_from) FROM STDIN "
                                                     "(FORMAT BINARY)").format(post_t)) as cp:
                         cp.set_types(POSTING_TYPES)
                         for i, toks in enumerate(terms_of):
                             dl = len(toks)
+                            norm = k1 * (1 - b + b * dl / avgdl)
                             for term, tf in Counter(toks).items():
-                                cp.write_row((term, first + i, tf, dl, new))
+                                cp.write_row((term, first + i, tf, dl, tf * (k1 + 1) / (tf + norm), new))
                                 delta[term] += 1
                 delta = Counter({t: d for t, d in delta.items() if d})
                 if delta:
