@@ -37,6 +37,7 @@ from ragbudget.types import Document  # noqa: E402
 
 EVAL = REPO.parent / "shared" / "data" / "eval"
 DIM, CLUSTERS = 384, 256
+BUILD_MEMORY_MB = 1024  # --build-memory-mb
 
 
 class ClusteredEmbedder:
@@ -91,18 +92,21 @@ def start_server(folder: str):
     return server
 
 
-def cfg_for(dsn: str | None, tmp: str, ef_search: int | None = None) -> Config:
+def cfg_for(dsn: str | None, tmp: str, ef_search: int | None = None, per_term: int | None = None) -> Config:
     if dsn is None:  # local
         return Config().with_overrides({"index.backend": "local", "index.dir": tmp, "embedding.cache": False})
-    over = {"index.postgres.hnsw_ef_search": ef_search} if ef_search else {}
+    over: dict = {"index.postgres.hnsw_ef_search": ef_search} if ef_search else {}
+    if per_term is not None:
+        over["index.postgres.sparse_postings_per_term"] = per_term
+    over["index.postgres.build_memory_mb"] = BUILD_MEMORY_MB
     return Config().with_overrides({"index.backend": "postgres", "index.dsn": dsn, "index.dir": tmp,
                                     "index.postgres.schema_name": "sweep", "index.postgres.statement_timeout_ms": 0,
                                     **over})
 
 
-def make_backend(dsn: str | None, tmp: str, ef_search: int | None = None):
+def make_backend(dsn: str | None, tmp: str, ef_search: int | None = None, per_term: int | None = None):
     from ragbudget.index.backends import make_backend as make
-    return make(cfg_for(dsn, tmp, ef_search))
+    return make(cfg_for(dsn, tmp, ef_search, per_term))
 
 
 def query_set(docs: list[Document], emb: ClusteredEmbedder, q: int, seed: int = 3):
@@ -179,6 +183,22 @@ def sweep(size: int, q: int, folder: str, kind: str, ef_list: list[int]) -> dict
                 got = {c.doc_id for c, _ in store.search_dense(v, 10)}
                 recall.append(len(got & {all_docs[j].id for j in exact[i]}) / 10)
             recall_by_ef[ef or "default"] = round(float(np.mean(recall)), 3)
+        sparse_vs_exact = {}
+        if kind == "postgres":  # impact-ordered sparse (the default) against reading every posting
+            exact_backend = make_backend(dsn, folder, per_term=0)
+            exact_store = exact_backend.open("sweep", emb)
+            _, texts = query_set(docs, emb, q)
+            ems, eres = timed(lambda t: exact_store.search_sparse(t, 10), texts)
+            tms, tres = timed(lambda t: store.search_sparse(t, 10), texts)
+            ids = [({c.id for c, _ in e}, {c.id for c, _ in t}) for e, t in zip(eres, tres)]
+            sparse_vs_exact = {"sparse_exact_p50": round(percentile(ems, 50), 2),
+                               "sparse_exact_p99": round(percentile(ems, 99), 2),
+                               "sparse_impact_p50": round(percentile(tms, 50), 2),
+                               "sparse_impact_p99": round(percentile(tms, 99), 2),
+                               "sparse_top10_overlap": round(float(np.mean([len(e & t) / max(len(e), 1)
+                                                                            for e, t in ids])), 4),
+                               "sparse_same_top10": round(float(np.mean([e == t for e, t in ids])), 4)}
+            exact_backend.close()
         flt = []
         from ragbudget.index.filters import parse_filters
         f = parse_filters({"year": {"gte": 2010}})
@@ -203,7 +223,7 @@ def sweep(size: int, q: int, folder: str, kind: str, ef_list: list[int]) -> dict
         serving = [json.loads(p.stdout.strip().splitlines()[-1]) for p in probes]
         return {"backend": kind, "chunks": size + 1000, "bulk_ingest_chunks_per_s": round(size / bulk_s),
                 "bulk_ingest_s": round(bulk_s, 1), "incremental_1000_chunks_s": round(incr_s, 2),
-                "recall_at_10_by_ef_search": recall_by_ef, **reference,
+                "recall_at_10_by_ef_search": recall_by_ef, **reference, **sparse_vs_exact,
                 "dense_filtered_p50": round(percentile(fms, 50), 2), "dense_filtered_p99": round(percentile(fms, 99), 2),
                 "filtered_k_returned_min": min(flt), "serving": serving}
     finally:
@@ -261,9 +281,13 @@ def main() -> None:
     ap.add_argument("--ndcg", action="store_true")
     ap.add_argument("--backend", choices=["postgres", "local"], default="postgres")
     ap.add_argument("--ef-search", default="", help="postgres: HNSW ef_search values to measure recall at")
+    ap.add_argument("--build-memory-mb", type=int, default=1024,
+                    help="postgres: index.postgres.build_memory_mb for the bulk HNSW build (1M chunks: 3072)")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global BUILD_MEMORY_MB
+    BUILD_MEMORY_MB = args.build_memory_mb
     if args.probe:
         print(json.dumps(serve_probe(None if args.probe == "local" else args.probe, args.tmp, args.queries)))
         return

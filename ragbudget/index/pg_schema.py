@@ -192,15 +192,13 @@ def create_index_tables(conn: psycopg.Connection, schema: str, index_id: int, di
         valid_to bigint)""").format(t))
 
 
-HNSW_BUILD_MEMORY = "1GB"  # maintenance_work_mem for the first bulk HNSW build
-
-
-def create_search_indexes(conn: psycopg.Connection, schema: str, index_id: int, m: int, ef_construction: int) -> None:
+def create_search_indexes(conn: psycopg.Connection, schema: str, index_id: int, m: int, ef_construction: int,
+                          build_memory_mb: int = 1024) -> None:
     """HNSW + posting indexes, built after the first bulk load (a bulk build is much faster than inserts)."""
     c, p, t = (table(schema, k, index_id) for k in ("chunks", "postings", "terms"))
     # pgvector builds the graph in memory while it fits in maintenance_work_mem (default 64 MB, ~40k 384-d
-    # vectors) and far more slowly past it; this transaction only
-    conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")
+    # vectors) and far more slowly past it; this transaction only (index.postgres.build_memory_mb)
+    conn.execute(f"SET LOCAL maintenance_work_mem = '{int(build_memory_mb)}MB'")
     conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (embedding vector_ip_ops) WITH (m = {}, "
                          "ef_construction = {})").format(c, sql.Literal(int(m)), sql.Literal(int(ef_construction))))
     # impact-ordered postings: a term's highest-scoring postings first, read without touching the table

@@ -333,7 +333,8 @@ class PostgresStore(PostgresReader):
                         WHERE coalesce(old.df, 0) + d.delta > 0""").format(t=terms_t),
                                  (list(delta), list(delta.values()), new, new))
                 if fresh:
-                    create_search_indexes(conn, self.schema, index_id, pg.hnsw_m, pg.hnsw_ef_construction)
+                    create_search_indexes(conn, self.schema, index_id, pg.hnsw_m, pg.hnsw_ef_construction,
+                                          pg.build_memory_mb)
                 n_chunks = (len(plan.inserts) if fresh else prev_n - closed_n + len(plan.inserts))
                 total_len = prev_len - closed_len + sum(len(t) for t in terms_of)
                 avg_idf = float(conn.execute(sql.SQL("""SELECT coalesce(avg(ln((%s - df + 0.5) / (df + 0.5))), 0)
