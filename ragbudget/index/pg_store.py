@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 VISIBLE = "{a}.valid_from <= %(v)s AND ({a}.valid_to IS NULL OR {a}.valid_to > %(v)s)"
 COLS = "c.row_id, c.chunk_id, c.doc_id, c.position, c.n_tokens, c.text, c.metadata"
+RESCORE_MIN = 200  # impact-ordered sparse search: candidates scored exactly, at least this many (10·k otherwise)
 
 
 @dataclass(frozen=True)
@@ -134,9 +135,10 @@ class PostgresReader:
                 "ELSE ln((%(n)s - {df} + 0.5) / ({df} + 0.5)) END)")
 
     def search_sparse(self, query: str, k: int, filters: Filters = ()) -> list[tuple[Chunk, float]]:
-        """BM25 (rank-bm25's Okapi, this version's statistics) over the postings of the query's terms: per term
-        its ``index.postgres.sparse_postings_per_term`` highest-impact postings, whose union is scored exactly
-        (the same ranking as reading every posting whenever no term has more); all of them with filters."""
+        """BM25 (rank-bm25's Okapi, this version's statistics). Candidates are each query term's
+        ``index.postgres.sparse_postings_per_term`` highest-impact postings; the best ``max(10·k, 200)`` of them
+        by what those add up to are scored exactly over all their postings. The same ranking as reading every
+        posting whenever no term has more postings than that; with filters, every posting is read."""
         snap = self._snap
         terms = self._analyzer(query)
         if snap.index_id is None or k <= 0 or not terms or not snap.n_chunks:
@@ -147,27 +149,38 @@ class PostgresReader:
         where, fparams = filters_sql(filters)
         idf = self._idf_sql().format(df="t.df")
         per_term = self.backend.config.index.postgres.sparse_postings_per_term
-        if filters:  # every matching posting: the best ones of a term may all be filtered out
-            source = f"""t JOIN {{postings}} p ON p.term = t.term AND {visible('p')}
-                    JOIN {{chunks}} c ON c.row_id = p.row_id AND {_frag(where)}"""
-        elif per_term > 0:  # impact-ordered: each term's highest-scoring postings, from the index alone
-            source = f"""t CROSS JOIN LATERAL (SELECT p.row_id, p.tf, p.dl FROM {{postings}} p
-                    WHERE p.term = t.term AND {visible('p')} ORDER BY p.impact DESC, p.row_id LIMIT %(per_term)s) p"""
-        else:
-            source = f"t JOIN {{postings}} p ON p.term = t.term AND {visible('p')}"
-        q = sql.SQL(f"""WITH qt(term, qf) AS (SELECT * FROM unnest(%(terms)s::text[], %(qf)s::int[])),
+        bm25 = "t.w * p.tf * (%(k1)s + 1) / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.dl / %(avgdl)s))"
+        terms_cte = f"""WITH qt(term, qf) AS (SELECT * FROM unnest(%(terms)s::text[], %(qf)s::int[])),
               t AS MATERIALIZED (SELECT qt.term, qt.qf * {idf} AS w FROM qt
-                    JOIN {{terms}} t ON t.term = qt.term AND {visible('t')}),
-              s AS (SELECT p.row_id, sum(t.w * p.tf * (%(k1)s + 1)
-                                 / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.dl / %(avgdl)s))) AS score
-                    FROM {source}
-                    GROUP BY p.row_id ORDER BY score DESC, p.row_id LIMIT %(k)s)
+                    JOIN {{terms}} t ON t.term = qt.term AND {visible('t')})"""
+        if per_term > 0 and not filters:
+            # candidates: each term's highest-impact postings, read from the index alone, ranked by what they
+            # add up to; then the best of them scored exactly over all their postings (a term's whole
+            # contribution even where the posting was past the cut)
+            body = f"""{terms_cte},
+              cand AS MATERIALIZED (SELECT p.row_id FROM t CROSS JOIN LATERAL (SELECT p.row_id, p.tf, p.dl
+                        FROM {{postings}} p WHERE p.term = t.term AND {visible('p')}
+                        ORDER BY p.impact DESC, p.row_id LIMIT %(per_term)s) p
+                    GROUP BY p.row_id ORDER BY sum({bm25}) DESC, p.row_id LIMIT %(rescore)s),
+              s AS (SELECT cand.row_id, x.score FROM cand CROSS JOIN LATERAL (SELECT sum({bm25}) AS score
+                        FROM (SELECT p.term, p.tf, p.dl FROM {{postings}} p
+                              WHERE p.row_id = cand.row_id AND {visible('p')} OFFSET 0) p  -- by row: its postings
+                        JOIN t ON t.term = p.term) x
+                    ORDER BY x.score DESC, cand.row_id LIMIT %(k)s)"""
+        else:  # every posting (with filters: the best ones of a term may all be filtered out)
+            join = "" if not filters else f"JOIN {{chunks}} c ON c.row_id = p.row_id AND {_frag(where)}"
+            body = f"""{terms_cte},
+              s AS (SELECT p.row_id, sum({bm25}) AS score
+                    FROM t JOIN {{postings}} p ON p.term = t.term AND {visible('p')} {join}
+                    GROUP BY p.row_id ORDER BY score DESC, p.row_id LIMIT %(k)s)"""
+        q = sql.SQL(f"""{body}
             SELECT {COLS}, s.score FROM s JOIN {{chunks}} c ON c.row_id = s.row_id
             WHERE s.score > 0 ORDER BY s.score DESC, s.row_id""").format(
             terms=self._t("terms", snap), postings=self._t("postings", snap), chunks=self._t("chunks", snap))
         params = {"terms": list(counts), "qf": list(counts.values()), "v": snap.revision,
                   "n": float(snap.n_chunks), "eps": self.epsilon * snap.avg_idf, "k1": self.k1, "b": self.b,
-                  "avgdl": max(snap.avgdl, 1e-9), "k": int(k), "per_term": int(per_term)}
+                  "avgdl": max(snap.avgdl, 1e-9), "k": int(k), "per_term": int(per_term),
+                  "rescore": max(10 * int(k), RESCORE_MIN)}
         q, params = _bind(q, params, fparams)
         with db_errors(f"sparse search of index {self.name!r}"), self.backend.pool.connection() as conn:
             rows = conn.execute(q, params).fetchall()
