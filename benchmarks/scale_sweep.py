@@ -38,6 +38,7 @@ from ragbudget.types import Document  # noqa: E402
 EVAL = REPO.parent / "shared" / "data" / "eval"
 DIM, CLUSTERS = 384, 256
 BUILD_MEMORY_MB = 1024  # --build-memory-mb
+HNSW: dict = {}  # --hnsw-m, --ef-construction (the config's defaults when unset)
 
 
 class ClusteredEmbedder:
@@ -99,6 +100,7 @@ def cfg_for(dsn: str | None, tmp: str, ef_search: int | None = None, per_term: i
     if per_term is not None:
         over["index.postgres.sparse_postings_per_term"] = per_term
     over["index.postgres.build_memory_mb"] = BUILD_MEMORY_MB
+    over.update({f"index.postgres.{k}": v for k, v in HNSW.items()})
     return Config().with_overrides({"index.backend": "postgres", "index.dsn": dsn, "index.dir": tmp,
                                     "index.postgres.schema_name": "sweep", "index.postgres.statement_timeout_ms": 0,
                                     **over})
@@ -295,11 +297,17 @@ def main() -> None:
     ap.add_argument("--ef-search", default="", help="postgres: HNSW ef_search values to measure recall at")
     ap.add_argument("--build-memory-mb", type=int, default=1024,
                     help="postgres: index.postgres.build_memory_mb for the bulk HNSW build (1M chunks: 3072)")
+    ap.add_argument("--hnsw-m", type=int, default=None, help="postgres: index.postgres.hnsw_m")
+    ap.add_argument("--ef-construction", type=int, default=None, help="postgres: index.postgres.hnsw_ef_construction")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     global BUILD_MEMORY_MB
     BUILD_MEMORY_MB = args.build_memory_mb
+    if args.hnsw_m:
+        HNSW["hnsw_m"] = args.hnsw_m
+    if args.ef_construction:
+        HNSW["hnsw_ef_construction"] = args.ef_construction
     if args.probe:
         print(json.dumps(serve_probe(None if args.probe == "local" else args.probe, args.tmp, args.queries)))
         return
