@@ -132,10 +132,10 @@ def timed(fn, items) -> tuple[list[float], list]:
     return ms, out
 
 
-def serve_probe(dsn: str | None, tmp: str, q: int) -> dict:
+def serve_probe(dsn: str | None, tmp: str, q: int, ef_search: int | None = None) -> dict:
     """In this process: open the index and run the queries (what a serving process holds)."""
     emb = ClusteredEmbedder()
-    backend = make_backend(dsn, tmp)
+    backend = make_backend(dsn, tmp, ef_search)
     t = time.perf_counter()
     store = backend.open("sweep", emb)
     open_s = time.perf_counter() - t
@@ -174,17 +174,19 @@ def sweep(size: int, q: int, folder: str, kind: str, ef_list: list[int]) -> dict
         all_docs = docs + more
         matrix = emb.embed([d.text for d in all_docs])
         exact = np.argsort(-(vecs @ matrix.T), axis=1)[:, :10]
-        recall_by_ef = {}
+        recall_by_ef, dense_ms_by_ef = {}, {}
         for ef in ef_list or [0]:
             if ef:
                 backend.close()
                 backend = make_backend(dsn, folder, ef)
                 store = backend.open("sweep", emb)
             recall = []
-            for i, v in enumerate(vecs):
-                got = {c.doc_id for c, _ in store.search_dense(v, 10)}
+            ef_ms, found = timed(lambda v: store.search_dense(v, 10), vecs)
+            for i, res in enumerate(found):
+                got = {c.doc_id for c, _ in res}
                 recall.append(len(got & {all_docs[j].id for j in exact[i]}) / 10)
             recall_by_ef[ef or "default"] = round(float(np.mean(recall)), 3)
+            dense_ms_by_ef[ef or "default"] = [round(percentile(ef_ms, 50), 2), round(percentile(ef_ms, 99), 2)]
         sparse_vs_exact = {}
         if kind == "postgres":  # impact-ordered sparse (the default) against reading every posting
             exact_backend = make_backend(dsn, folder, per_term=0)
@@ -220,12 +222,15 @@ def sweep(size: int, q: int, folder: str, kind: str, ef_list: list[int]) -> dict
             del ref, rows
         backend.close()
         del matrix, docs, all_docs
+        probe_ef = ["--probe-ef-search", str(ef_list[-1])] if ef_list else []  # the last ef measured
         probes = [subprocess.run([sys.executable, __file__, "--probe", dsn or "local", "--queries", str(q),
-                                  "--tmp", folder], capture_output=True, text=True, check=True) for _ in range(2)]
+                                  "--tmp", folder, *probe_ef], capture_output=True, text=True, check=True)
+                  for _ in range(2)]
         serving = [json.loads(p.stdout.strip().splitlines()[-1]) for p in probes]
         return {"backend": kind, "chunks": size + 1000, "bulk_ingest_chunks_per_s": round(size / bulk_s),
                 "bulk_ingest_s": round(bulk_s, 1), "incremental_1000_chunks_s": round(incr_s, 2),
-                "recall_at_10_by_ef_search": recall_by_ef, **reference, **sparse_vs_exact,
+                "recall_at_10_by_ef_search": recall_by_ef, "dense_p50_p99_ms_by_ef_search": dense_ms_by_ef,
+                **reference, **sparse_vs_exact,
                 "dense_filtered_p50": round(percentile(fms, 50), 2), "dense_filtered_p99": round(percentile(fms, 99), 2),
                 "filtered_k_returned_min": min(flt), "serving": serving}
     finally:
@@ -301,6 +306,7 @@ def main() -> None:
     ap.add_argument("--ef-construction", type=int, default=None, help="postgres: index.postgres.hnsw_ef_construction")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--probe-ef-search", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     global BUILD_MEMORY_MB
     BUILD_MEMORY_MB = args.build_memory_mb
@@ -309,7 +315,8 @@ def main() -> None:
     if args.ef_construction:
         HNSW["hnsw_ef_construction"] = args.ef_construction
     if args.probe:
-        print(json.dumps(serve_probe(None if args.probe == "local" else args.probe, args.tmp, args.queries)))
+        print(json.dumps(serve_probe(None if args.probe == "local" else args.probe, args.tmp, args.queries,
+                                     args.probe_ef_search)))
         return
     folder = tempfile.mkdtemp(prefix="sweep-", dir="/tmp")
     if args.ndcg:
