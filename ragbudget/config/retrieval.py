@@ -110,7 +110,7 @@ class PostgresIndexConfig(_Section):
     build_memory_mb: int = Field(1024, ge=64)
     # recall@10 against exact search at 100k clustered chunks: 0.89 at 100, 0.948 at 200, 0.993 at 400
     # (BENCHMARKS.md "PostgreSQL index"); iterative scans keep filtered queries at k results. At 1M chunks:
-    # 0.686 at 400 with the defaults, 0.97 at 1000 with hnsw_m 32 and hnsw_ef_construction 128.
+    # 0.686 at 400 with the defaults, 0.96-0.97 at 1000 with hnsw_m 32 and hnsw_ef_construction 128 (hybrid P99 84 ms).
     hnsw_ef_search: int = Field(400, ge=1, le=1000)
     # Sparse (BM25) search: each query term's this-many highest-impact postings nominate candidates, and the best
     # max(10·k, 200) candidates are scored exactly over all their postings; 0 = read every posting (exact, grows
