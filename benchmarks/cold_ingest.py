@@ -11,7 +11,10 @@ import sys, time, tempfile, json
 sys.path.insert(0, sys.argv[1])
 from ragbudget.config import Config
 from ragbudget.index.hybrid import default_embedder
-from ragbudget.index_registry import IndexRegistry
+try:
+    from ragbudget.index_registry import IndexRegistry
+except ImportError:  # code from before the issue-14 renames
+    from ragbudget.indexes import IndexRegistry
 d = tempfile.mkdtemp()
 cfg = Config().with_overrides({"index.dir": d, **json.loads(sys.argv[3])})
 emb = default_embedder(cfg); emb.warm_up()

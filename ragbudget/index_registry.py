@@ -138,7 +138,7 @@ class IndexRegistry:
         """Embed the sentences of new chunks now (into the embedding cache), so that query-time
         sentence selection finds them cached instead of running the model on the request path."""
         sents = list(dict.fromkeys(x for c in chunks for x in split_sentences(c.text)))
-        step = max(self.config.embedding.batch_size * 8, 256)
+        step = 8192  # sentences per embed call: enough batches to keep every bulk worker busy
         for i in range(0, len(sents), step):
             self.embedder.embed(sents[i:i + step])
             if progress:

@@ -1,9 +1,13 @@
+import json
+
 import numpy as np
 import pytest
 
 from ragbudget.config import EmbeddingConfig
 from ragbudget.embed import EmbeddingCache, SentenceTransformerEmbedder, bundled_model_path, text_key
 from ragbudget.errors import ModelNotFoundError
+
+from fixtures_retrieval import CRANFIELD
 
 
 def test_bundled_model_is_a_local_folder():
@@ -83,3 +87,39 @@ def test_bulk_precision_keeps_vectors_and_bulk_threads_are_restored() -> None:
     with auto.bulk(None):
         assert torch.get_num_threads() == before
     assert torch.get_num_threads() == before
+
+
+def test_token_batches_respect_the_budget_and_keep_every_item_once() -> None:
+    from ragbudget.embed import token_batches
+
+    lengths = [3, 250, 40, 40, 7, 600, 41, 12, 256, 5]
+    batches = token_batches(lengths, budget=300)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert batches[0] == [5]  # longer than the budget alone: a batch of its own, first
+    for b in batches:  # padded width = the batch's longest item, and it comes first
+        assert lengths[b[0]] == max(lengths[i] for i in b)
+        assert len(b) == 1 or len(b) * lengths[b[0]] <= 300
+    assert [len(b) for b in token_batches([10] * 9, budget=30, max_items=2)] == [2, 2, 2, 2, 1]
+
+
+def test_bulk_workers_return_the_same_vectors_in_input_order() -> None:
+    """Side-by-side workers and token-budget batches change how texts are grouped, not their vectors."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from ragbudget.config import EmbeddingConfig
+    from ragbudget.embed import SentenceTransformerEmbedder
+
+    rows = [json.loads(line) for line in open(CRANFIELD / "corpus.jsonl", encoding="utf-8")][:40]
+    texts = [r["text"] for r in rows] + [r["title"] for r in rows]  # long and short, interleaved lengths
+    emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=False, bulk_precision="float32", bulk_batch_tokens=1024,
+                                                      memory_cache_entries=0))
+    before = torch.get_num_threads()
+    with emb.bulk(2):
+        assert torch.get_num_threads() == 1
+        got = emb.embed(texts)
+    assert torch.get_num_threads() == before
+    ref = SentenceTransformer(str(emb.path), device="cpu", local_files_only=True).encode(
+        texts, batch_size=8, normalize_embeddings=True)
+    assert got.shape == ref.shape
+    assert float((got * ref).sum(1).min()) > 0.9999

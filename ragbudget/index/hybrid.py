@@ -45,7 +45,7 @@ __all__ = ["HybridIndex", "IngestReport", "ProgressFn", "default_embedder", "ing
            "wait_notice"]
 
 FILTER_MEMO = 64  # distinct filters whose allowed rows are kept per loaded version
-EMBED_BATCH = 256
+EMBED_BATCH = 1024
 COMPACT_DEAD_FRACTION = 0.25  # compact when dead rows pass this share of all rows
 COMPACT_SEGMENTS = 32  # ... or when there are more segments than this
 

@@ -39,7 +39,7 @@ from .report import IngestReport
 if TYPE_CHECKING:
     from ..embed import Embedder
 
-EMBED_BATCH = 256
+EMBED_BATCH = 1024
 KEEP_REVISIONS = 2
 RETAIN_S = 600.0
 CHUNK_TYPES = ["int8", "text", "text", "text", "int4", "int4", "text", "jsonb", "int4", "vector", "int8"]
