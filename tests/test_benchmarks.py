@@ -21,6 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))  # the scripts import their helpers (_common, _baseline) by name
 import cache_lookup  # noqa: E402
+import cold_ingest  # noqa: E402
 import headline  # noqa: E402
 import loadtest  # noqa: E402
 import microbatch  # noqa: E402
@@ -42,6 +43,7 @@ SCRIPTS = {
                    "--static-tokens", "--data"],
     "cache_lookup": ["--redis-url", "-n"],
     "retrieval_modes": ["folders", "--config", "--json"],
+    "cold_ingest": ["before", "after", "data", "--rounds", "--only"],
 }
 
 
@@ -219,3 +221,16 @@ def test_cache_lookup_rows(embedder) -> None:
     assert [r["layer"] for r in rows] == ["exact", "semantic (embedding given)", "semantic (embeds the query)",
                                           "retrieval"]
     assert all(r["backend"] == "memory" and 0 < r["median_us"] <= r["p95_us"] for r in rows)
+
+
+def test_cold_ingest_times_both_trees_in_fresh_processes(tmp_path, capsys, shared_data: Path) -> None:
+    """Before and after are both this checkout here: the table must come out with one row per code and the
+    same chunk count in each (every run a fresh process with an empty index and embedding cache)."""
+    rows = (shared_data / "eval" / "cisi" / "corpus.jsonl").read_text().splitlines()[:6]
+    data = tmp_path / "six.jsonl"
+    data.write_text("\n".join(rows) + "\n")
+    cold_ingest.main([str(REPO), str(REPO), str(data), "--rounds", "1", "--only", "library"])
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line.startswith("| six.jsonl |")]
+    assert [line.split(" | ")[3] for line in table] == ["before", "after", "after, 1 core"]
+    assert len({line.split(" | ")[1] for line in table}) == 1 and int(table[0].split(" | ")[1]) >= 6
