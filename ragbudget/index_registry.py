@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,7 @@ class IndexRegistry:
                rebuild: bool = False, progress: ProgressFn | None = None,
                policy: PathPolicy | None = None) -> IngestReport:
         """Upsert a folder/file or records into index ``name``, commit it, then swap it in."""
+        t0 = time.perf_counter()
         with self._ingest_lock, self.backend.write_lock(name, self.config.index.lock_timeout_s,
                                                         on_wait=wait_notice(progress)), self._bulk():
             idx = self.backend.open(name, self.embedder, create=True, rebuild=rebuild)
@@ -116,8 +118,9 @@ class IndexRegistry:
                 report = idx.add_documents(docs, self.embedder, progress=progress)
                 report.absorb(load)
             if self.config.embedding.warm_sentences:  # every backend: the chunks this write embedded
-                self._warm_sentences(list(getattr(idx, "added_chunks", ())), progress)
+                report.sentences_embedded = self._warm_sentences(list(getattr(idx, "added_chunks", ())), progress)
             self._swap(name, idx)
+            report.seconds = time.perf_counter() - t0  # the whole write, sentence warm-up included
             return report
 
     def delete(self, name: str, *, doc_ids: Iterable[str] = (), sources: Iterable[str] = ()) -> int:
@@ -134,15 +137,17 @@ class IndexRegistry:
         bulk = getattr(inner, "bulk", None)
         return bulk(self.bulk_threads) if bulk is not None else contextlib.nullcontext()
 
-    def _warm_sentences(self, chunks: list[Chunk], progress: ProgressFn | None) -> None:
+    def _warm_sentences(self, chunks: list[Chunk], progress: ProgressFn | None) -> int:
         """Embed the sentences of new chunks now (into the embedding cache), so that query-time
-        sentence selection finds them cached instead of running the model on the request path."""
+        sentence selection finds them cached instead of running the model on the request path.
+        Returns how many distinct sentences that was."""
         sents = list(dict.fromkeys(x for c in chunks for x in split_sentences(c.text)))
         step = 8192  # sentences per embed call: enough batches to keep every bulk worker busy
         for i in range(0, len(sents), step):
             self.embedder.embed(sents[i:i + step])
             if progress:
                 progress("sentences", min(i + step, len(sents)), len(sents))
+        return len(sents)
 
     def close(self) -> None:
         with self._lock:

@@ -123,3 +123,36 @@ def test_bulk_workers_return_the_same_vectors_in_input_order() -> None:
         texts, batch_size=8, normalize_embeddings=True)
     assert got.shape == ref.shape
     assert float((got * ref).sum(1).min()) > 0.9999
+
+
+def test_queries_encode_while_a_bulk_ingest_runs(embedder) -> None:
+    """A serving process embeds questions while an ingest job bulk-embeds: neither may break the other
+    (one shared fast tokenizer; the bulk path counts tokens with its own copy)."""
+    import threading
+
+    rows = [json.loads(line) for line in open(CRANFIELD / "corpus.jsonl", encoding="utf-8")][:48]
+    texts = [r["text"] + " (bulk probe)" for r in rows]  # not in the session embedder's memory yet
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def ask() -> None:
+        i = 0
+        try:
+            while not stop.is_set():
+                v = embedder.embed_query(f"what is the pressure distribution on wing number {i}?")
+                assert abs(float(np.linalg.norm(v)) - 1.0) < 1e-3
+                i += 1
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    try:
+        with embedder.bulk(2):
+            got = embedder.embed(texts)
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert got.shape == (len(texts), embedder.dim)
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)

@@ -18,6 +18,7 @@ class IngestReport:
     chunks_removed: int = 0
     documents_removed: int = 0
     embedded: int = 0
+    sentences_embedded: int = 0  # sentences of new chunks embedded for query-time trimming (warm-up)
     files_read: int = 0
     records_read: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
