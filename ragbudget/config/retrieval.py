@@ -33,7 +33,7 @@ class EmbeddingConfig(_Section):
     bulk_precision: Literal["auto", "float32", "bfloat16"] = "auto"
     # Bulk embedding (ingest, sentence warm-up) packs texts longest first into forward passes of this many
     # padded wordpiece tokens: ~16 chunks of 256 tokens or ~130 sentences a pass. 2048–4096 ran fastest
-    # (BENCHMARKS.md "Cold ingest"); batch_size still applies to small calls (queries, reranking).
+    # (BENCHMARKS.md "Cold ingest, second pass"); batch_size still applies to small calls (queries, reranking).
     bulk_batch_tokens: int = Field(4096, ge=64, le=1 << 20)
     # torch threads while an ingest runs in a process that serves no queries (CLI, library); 0 = all cores.
     # A serving process (`ragbudget serve`) keeps `threads` so that queries are not slowed by ingest jobs.
