@@ -105,9 +105,9 @@ class IndexRegistry:
                rebuild: bool = False, progress: ProgressFn | None = None,
                policy: PathPolicy | None = None) -> IngestReport:
         """Upsert a folder/file or records into index ``name``, commit it, then swap it in."""
-        t0 = time.perf_counter()
         with self._ingest_lock, self.backend.write_lock(name, self.config.index.lock_timeout_s,
                                                         on_wait=wait_notice(progress)), self._bulk():
+            t0 = time.perf_counter()  # from holding the lock: waiting for another writer is not this write
             idx = self.backend.open(name, self.embedder, create=True, rebuild=rebuild)
             if isinstance(source, (str, os.PathLike)):
                 if not Path(source).expanduser().exists():
@@ -118,7 +118,7 @@ class IndexRegistry:
                 report = idx.add_documents(docs, self.embedder, progress=progress)
                 report.absorb(load)
             if self.config.embedding.warm_sentences:  # every backend: the chunks this write embedded
-                report.sentences_embedded = self._warm_sentences(list(getattr(idx, "added_chunks", ())), progress)
+                report.sentences_warmed = self._warm_sentences(list(getattr(idx, "added_chunks", ())), progress)
             self._swap(name, idx)
             report.seconds = time.perf_counter() - t0  # the whole write, sentence warm-up included
             return report

@@ -117,3 +117,37 @@ def test_record_title_is_indexed_with_text() -> None:
     assert c.text.startswith("Heading") and "body words" in c.text
     file_doc = Document(id="f.md", text="just text", metadata={"title": "f"})
     assert chunker.chunk(file_doc)[0].text == "just text"
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_ingest_warms_every_sentence_so_trimming_never_runs_the_model(tmp_path: Path, shared_data: Path,
+                                                                     warm: bool) -> None:
+    """After an ingest, embedding the sentences of its chunks (what query-time trimming does) finds every one
+    cached: no forward pass. The report counts them, and its seconds include that warm-up."""
+    from ragbudget.config import Config
+    from ragbudget.index.names import default_embedder, ingest_tokenizer
+    from ragbudget.index_registry import IndexRegistry
+    from ragbudget.trim import split_sentences
+
+    rows = (shared_data / "eval" / "cisi" / "corpus.jsonl").read_text().splitlines()[:12]
+    data = tmp_path / "twelve.jsonl"
+    data.write_text("\n".join(rows) + "\n")
+    cfg = Config().with_overrides({"index.dir": str(tmp_path / "ix"), "embedding.warm_sentences": warm})
+    emb = default_embedder(cfg)
+    reg = IndexRegistry(cfg, emb)
+    try:
+        report = reg.ingest(str(data), "x")
+        docs, _ = load_path(str(data))
+        chunks = Chunker(cfg.chunking, ingest_tokenizer(cfg)).chunk_many(docs)  # what the ingest indexed
+        sents = list(dict.fromkeys(s for c in chunks for s in split_sentences(c.text)))
+        assert len(chunks) == report.chunks_added
+        assert report.chunks_added >= 12 and report.seconds > 0
+        assert report.sentences_warmed == (len(sents) if warm else 0)
+        passes: list[int] = []
+        real = emb._encode
+        emb._encode = lambda batch: (passes.append(len(batch)), real(batch))[1]  # count, then run the model
+        emb._memory.clear()  # only the persistent cache a fresh process would have
+        emb.embed(sents)
+        assert (passes == []) if warm else (sum(passes) > 0)
+    finally:
+        reg.close()

@@ -60,7 +60,7 @@ def print_report(report: IngestReport, console: Console) -> None:
             ("documents", report.documents), ("chunks added", report.chunks_added),
             ("chunks unchanged", report.chunks_unchanged), ("chunks removed", report.chunks_removed),
             ("documents removed", report.documents_removed), ("chunks embedded", report.embedded),
-            ("sentences embedded", report.sentences_embedded),
+            ("sentences warmed", report.sentences_warmed),
             ("content version", report.content_version), ("seconds", f"{report.seconds:.2f}")]
     for k, v in rows:
         t.add_row(k, str(v))

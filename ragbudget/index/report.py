@@ -18,7 +18,7 @@ class IngestReport:
     chunks_removed: int = 0
     documents_removed: int = 0
     embedded: int = 0
-    sentences_embedded: int = 0  # sentences of new chunks embedded for query-time trimming (warm-up)
+    sentences_warmed: int = 0  # distinct sentences of new chunks put in the embedding cache for trimming
     files_read: int = 0
     records_read: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
