@@ -207,10 +207,12 @@ class SentenceTransformerEmbedder:
         self.warm_up()
         if len(texts) >= BULK_MIN_TEXTS:
             return self._encode_bulk(texts)
-        vecs = self._model.encode(texts, batch_size=self.config.batch_size,
-                                  normalize_embeddings=self.config.normalize, convert_to_numpy=True,
-                                  show_progress_bar=False)
-        return np.asarray(vecs, dtype=np.float32)
+        import torch
+
+        # A few texts (a query, a rerank): one float32 pass. It tokenises under the same lock as the bulk
+        # workers, so a query encoded while an ingest runs never shares the fast tokenizer with them.
+        with torch.inference_mode():
+            return np.asarray(self._forward(texts), dtype=np.float32)
 
     def _encode_bulk(self, texts: list[str]) -> np.ndarray:
         """Many texts: longest first in batches of ``bulk_batch_tokens`` padded tokens, at the bulk precision,

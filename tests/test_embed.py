@@ -27,6 +27,13 @@ def test_embeddings_are_normalised_and_meaningful(embedder):
     assert v[0] @ v[1] > v[0] @ v[2] + 0.3
 
 
+def test_few_texts_match_sentence_transformers_encode(embedder):
+    texts = ["What is the boundary layer?", "supersonic flow over a wedge " * 40]  # one long: truncated
+    got = embedder.embed(texts)
+    ref = embedder._model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    assert np.allclose(got, ref, atol=1e-5)
+
+
 def test_memory_then_persistent_cache_skip_the_model(tmp_path, embedder):
     cache = EmbeddingCache(tmp_path / "emb.sqlite")
     emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=True), cache=cache)
