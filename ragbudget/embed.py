@@ -64,6 +64,21 @@ def token_batches(lengths: Sequence[int], budget: int, max_items: int = 512) -> 
     return out
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Load a model without transformers' "Loading weights" progress bar (it would land on a CLI user's
+    terminal and in server logs at every start); the setting is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), read from /proc/cpuinfo."""
     try:
@@ -182,7 +197,8 @@ class SentenceTransformerEmbedder:
                 if self.config.threads:
                     torch.set_num_threads(self.config.threads)
 
-                m = SentenceTransformer(str(self.path), device=self.config.device, local_files_only=True)
+                with quiet_loading():
+                    m = SentenceTransformer(str(self.path), device=self.config.device, local_files_only=True)
                 dim = (m.get_embedding_dimension() if hasattr(m, "get_embedding_dimension")
                        else m.get_sentence_embedding_dimension())
                 assert dim is not None, "the embedding model reports no dimension"

@@ -15,7 +15,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .config import RerankConfig
-from .embed import Embedder
+from .embed import Embedder, quiet_loading
 from .errors import ModelNotFoundError
 from .types import Scored
 
@@ -77,7 +77,8 @@ class CrossEncoderReranker:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from sentence_transformers import CrossEncoder  # heavy import, loaded on first use
 
-            self._model = CrossEncoder(str(self.path), device=self.device, local_files_only=True)
+            with quiet_loading():
+                self._model = CrossEncoder(str(self.path), device=self.device, local_files_only=True)
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         if not texts:

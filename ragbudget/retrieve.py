@@ -90,15 +90,26 @@ class HybridRetriever:
             dense = self._dense(query, n, timings, filters)
         else:
             sparse = self._sparse(query, n, timings, filters)
-        if mode != "dense" and not sparse and len(self.index):
-            if notes is not None:
-                notes.append(f"BM25 found no terms in {query!r} (only stop words or punctuation?)"
-                             + ("; dense results only" if mode == "hybrid" else ""))
+        if notes is not None and len(self.index):
+            notes.extend(self._empty_notes(query, mode, dense, sparse, filters))
         t1 = time.perf_counter()
         out = self._fuse(dense, sparse, k, mode)
         timings["fusion"] = _ms(t1)
         timings["retrieve"] = _ms(t0)
         return out
+
+    def _empty_notes(self, query: str, mode: str, dense: list[tuple[Chunk, float]],
+                     sparse: list[tuple[Chunk, float]], filters: Filters) -> list[str]:
+        """Why a side came back empty, in words a user can act on."""
+        if filters and mode != "bm25" and not dense:  # dense returns every allowed chunk it can: none is allowed
+            return ["no chunk matches the filters"]
+        if mode == "dense" or sparse:
+            return []
+        tail = "; dense results only" if mode == "hybrid" else ""
+        if not self.index.analyzer.terms(query):
+            return [f"BM25 found no terms in {query!r} (only stop words or punctuation?){tail}"]
+        among = " matching the filters" if filters else ""
+        return [f"no chunk{among} contains a term of {query!r}{tail}"]
 
     def _fuse(self, dense: list[tuple[Chunk, float]], sparse: list[tuple[Chunk, float]], k: int,
               mode: str) -> list[Scored]:

@@ -221,3 +221,18 @@ def test_filters_reach_the_index_from_the_library(site, embedder):
     assert b.cache_layer is None  # other filters, other answer: the filtered one is not served
     assert json.dumps(a.to_dict())  # serialisable
     rag.close()
+
+
+def test_cli_search_filters_show_metadata_and_say_when_nothing_matches(site, capsys):
+    from ragbudget.cli import main as cli_main
+
+    _, cfg_path, docs = site
+    routing = str(docs / "base" / "routing.md")
+    assert cli_main(["search", "semantic cache hits", "--config", str(cfg_path), "--json", "-k", "3",
+                     "--filter", f"source={routing}"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["results"] and {r["metadata"]["source"] for r in out["results"]} == {routing}
+    assert cli_main(["search", "semantic cache hits", "--config", str(cfg_path),
+                     "--filter", "source=/no/such/file.md"]) == 0
+    text = capsys.readouterr().out
+    assert "no chunk matches the filters" in text and "metadata" in text

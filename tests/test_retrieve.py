@@ -10,6 +10,7 @@ from ragbudget.config import load_config
 from ragbudget.errors import QueryError
 from ragbudget.fusion import minmax, ranks, rrf
 from ragbudget.index import HybridIndex
+from ragbudget.index.filters import parse_filters
 from ragbudget.retrieve import HybridRetriever
 from ragbudget.types import Document
 
@@ -81,6 +82,23 @@ def test_empty_and_stopword_queries(retriever) -> None:
     assert r.retrieve("of the and", k=3, mode="bm25") == []
     with pytest.raises(QueryError, match="mode"):
         r.retrieve("flow", mode="magic")  # type: ignore[arg-type]
+
+
+def test_empty_sides_are_explained(retriever) -> None:
+    r, docs = retriever
+    notes: list[str] = []
+    hits = r.retrieve("xyzzyqwv boundary", k=3, notes=notes)  # one term no chunk holds, one many do
+    assert hits and notes == []
+    hits = r.retrieve("xyzzyqwv", k=3, notes=notes)
+    assert len(hits) == 3 and notes == ["no chunk contains a term of 'xyzzyqwv'; dense results only"]
+    for mode in ("hybrid", "dense"):
+        notes = []
+        assert r.retrieve("boundary layer", k=3, mode=mode, notes=notes,  # type: ignore[arg-type]
+                          filters=parse_filters({"source": "no-such-source"})) == []
+        assert notes == ["no chunk matches the filters"]
+    notes = []
+    assert r.retrieve("boundary layer", k=3, mode="bm25", notes=notes, filters=parse_filters({"source": "no-such-source"})) == []
+    assert notes == ["no chunk matching the filters contains a term of 'boundary layer'"]
 
 
 async def test_aretrieve_matches_retrieve(retriever) -> None:

@@ -116,7 +116,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         registry.close()
     if args.json:
         print(json.dumps({"query": args.query, "mode": args.mode or cfg.retrieval.mode, "index": index.name,
-                          "index_version": index.version, "results": [h.to_dict() for h in hits],
+                          "index_version": index.version, "results": [{**h.to_dict(), "metadata": dict(h.chunk.metadata)} for h in hits],
                           "timings_ms": timings, "notes": notes}, default=str))
         return 0
     console = Console()
@@ -135,7 +135,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     for n in notes:
         console.print(f"[cyan]note[/] {escape(n)}")
     if not hits:
-        console.print("no results: the index is empty or nothing matched")
+        console.print("no results: " + ("no chunk matches the filters (the fields a chunk carries show under "
+                                        "\"metadata\" in `ragbudget search QUERY --json`)" if flt else
+                                        "the index is empty or nothing matched"))
     return 0
 
 
