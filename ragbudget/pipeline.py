@@ -18,6 +18,7 @@ Each arrow is one stage object — :class:`~ragbudget.request.QueryRequest`,
 from __future__ import annotations
 
 import asyncio
+import collections.abc as cabc
 import contextlib
 import logging
 import os
@@ -25,7 +26,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .accounting import cite
 from .answer_cache import AnswerCache
@@ -51,11 +52,13 @@ from .rerank import make_reranker
 from .route import Routed, Router
 from .telemetry import Tracer, make_tracer
 from .tokens import Tokenizer
+from .trim import split_sentences
 from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Sampling, Scored, StreamEvent,
                     Timings, TokenEvent)
 
 log = logging.getLogger("ragbudget")
 _WORD = re.compile(r"\S+\s*")
+R = TypeVar("R")
 
 
 def _ms(t0: float) -> float:
@@ -141,9 +144,11 @@ class RAG:
             return self._cache
 
     def warm_up(self) -> None:
-        """Load the embedding model (and reranker) now rather than on the first query."""
+        """Load the embedding model (and reranker) and the sentence splitter (punkt, ~0.4 s of imports) now
+        rather than on the first query."""
         self.embedder.warm_up()
         _ = self.builder, self.router, self.cache
+        split_sentences("Load the sentence splitter now. The first query should not wait for it.")
 
     def close(self) -> None:
         self.tracer.shutdown()  # exports what is queued (bounded by telemetry.export_timeout_s)
@@ -268,9 +273,12 @@ class RAG:
         yield ProgressEvent("reranking", f"{len(retrieved)} candidates")
         fitted = self.contexts.build(req, loaded, retrieved, ledger, timings)
         yield ProgressEvent("generating", "")
-        routed = yield from self.generation.stream(req, fitted, ledger, timings, cancel)
+        first: list[float] = []
+        routed = yield from _mark_first(self.generation.stream(req, fitted, ledger, timings, cancel), first)
         if routed is None:  # cancelled: the engine was stopped, nothing to answer or store
             return
+        if first:  # time to first token as the caller saw it: from the query's start, not the engine call's
+            timings.ttft_ms = (first[0] - t_start) * 1000.0
         ans = self._answer(req, routed, ledger, timings, t_start, built=fitted.sent(routed.prompt, ledger))
         self.answers.store(scope, req.question, ans)
         self._observe(ans, req.tenant)
@@ -290,8 +298,11 @@ class RAG:
         if built is not None:  # what the engine reports it reused of the prompt, next to what was sent
             ledger.prompt.update({"engine_prompt_tokens": gen.usage.prompt_tokens,
                                   "engine_cached_tokens": gen.usage.cached_tokens,
-                                  "engine_tokens_counted": routed.decision.prompt_tokens_counted})
-        timings.ttft_ms = gen.timings.ttft_ms
+                                  "engine_tokens_counted": routed.decision.prompt_tokens_counted,
+                                  # the engine's own time to first token: where a prefix-cache hit shows
+                                  "engine_ttft_ms": gen.timings.ttft_ms})
+        if timings.ttft_ms is None:  # a code handler's answer: its own clock
+            timings.ttft_ms = gen.timings.ttft_ms
         timings.itl_ms = list(gen.timings.itl_ms)
         timings.total_ms = _ms(t_start)
         cited, cite_flags = cite(gen.text, context) if context else ([], [])
@@ -340,6 +351,23 @@ class RAG:
         async with contextlib.aclosing(batches):
             async for batch in batches:
                 yield batch
+
+
+def _mark_first(events: cabc.Generator[TokenEvent, None, R],
+                first: list[float]) -> cabc.Generator[TokenEvent, None, R]:
+    """``yield from events`` (its return value included), noting in ``first`` when the first event went out.
+    Closing this closes ``events`` at once (the backend stops), as ``yield from`` would."""
+    try:
+        while True:
+            try:
+                ev = next(events)
+            except StopIteration as done:
+                return done.value
+            if not first:
+                first.append(time.perf_counter())
+            yield ev
+    finally:
+        events.close()
 
 
 def _replay(ans: Answer) -> Iterator[StreamEvent]:

@@ -48,6 +48,10 @@ def test_query_answers_with_citations_ledger_usage_and_timings(rag):
     assert ans.usage.prompt_tokens > 0 and ans.usage.completion_tokens > 0
     assert ans.timings.ttft_ms is not None and ans.timings.total_ms > 0
     assert {"retrieve", "rerank", "trim", "generate"} <= set(ans.timings.stages)
+    st = ans.timings.stages  # TTFT runs from the query's start: every stage before generation is inside it
+    before_generation = st["cache_response"] + st["retrieve"] + st["context"] + st["route"]
+    assert before_generation <= ans.timings.ttft_ms <= ans.timings.total_ms
+    assert 0 < led.prompt["engine_ttft_ms"] <= ans.timings.ttft_ms  # the engine's own, kept beside it
     assert led.route["tier"] == "extractive"
     json.dumps(ans.to_dict())  # serialisable
 
