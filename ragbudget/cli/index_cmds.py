@@ -115,8 +115,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     finally:
         registry.close()
     if args.json:
+        results = [{**h.to_dict(), "metadata": dict(h.chunk.metadata)} for h in hits]  # the fields to filter on
         print(json.dumps({"query": args.query, "mode": args.mode or cfg.retrieval.mode, "index": index.name,
-                          "index_version": index.version, "results": [{**h.to_dict(), "metadata": dict(h.chunk.metadata)} for h in hits],
+                          "index_version": index.version, "results": results,
                           "timings_ms": timings, "notes": notes}, default=str))
         return 0
     console = Console()
