@@ -35,12 +35,16 @@ def section_limit(sb: SectionBudget, window: int) -> int:
 
 
 def allocate(cfg: BudgetConfig, *, window: int | None = None, output_tokens: int | None = None,
-             output_limit: int | None = None) -> Allocation:
+             output_limit: int | None = None, needs: Mapping[str, int] | None = None) -> Allocation:
     """Split ``window`` (default ``cfg.context_window``) into section budgets.
 
     ``output_tokens``: the response mode's max_tokens; clamped to the output section's limit and to
     ``output_limit`` (a tier's max output). The sum of all sections plus ``cfg.safety_margin`` never
-    exceeds the window. Raises :class:`BudgetError` when the window cannot hold the sections' mins.
+    exceeds the window. ``needs``: tokens some sections are known to need for this request (system prompt,
+    question, history); when the sections' limits overflow the window, those sections first give back what
+    they would not use, so a small window is not spent on empty history while the context starves — then
+    sections shrink in :data:`SHRINK_ORDER`. Raises :class:`BudgetError` when the window cannot hold the
+    sections' mins.
     """
     win = cfg.context_window if window is None else int(window)
     if win <= 0:
@@ -59,6 +63,12 @@ def allocate(cfg: BudgetConfig, *, window: int | None = None, output_tokens: int
             f"window of {win} tokens cannot hold the sections' minimums ({need} + margin {cfg.safety_margin})",
             fix="route to a model with a larger window or lower budget.*.min")
     excess = sum(sizes.values()) - room
+    for n, need in (needs or {}).items():
+        if excess <= 0:
+            break
+        give = min(excess, max(sizes[n] - max(int(need), mins[n]), 0))
+        sizes[n] -= give
+        excess -= give
     for n in SHRINK_ORDER:
         if excess <= 0:
             break

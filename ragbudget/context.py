@@ -80,16 +80,18 @@ class ContextBuilder:
         mode = mode or cfg.prompt.default_mode
         prefix = static_prefix(cfg.prompt, mode)
         ledger = ledger if ledger is not None else Ledger()
-        base = allocate(cfg.budget, window=window, output_tokens=max_tokens or cfg.prompt.modes[mode].max_tokens,
-                        output_limit=output_limit)
-        # measure demands of the fixed-size sections, then lend unused budget
+        # measure demands of the fixed-size sections, allocate (a small window is not spent on what they
+        # would leave unused), then lend unused budget as the policy says
         sys_used = self.tokenizer.count(prefix)
+        q_tokens = self.tokenizer.count(question) + 4  # "Question: " label
+        hist_full = fit_history(history, 10 ** 9, self.tokenizer, cfg.trim)  # validates and measures
+        base = allocate(cfg.budget, window=window, output_tokens=max_tokens or cfg.prompt.modes[mode].max_tokens,
+                        output_limit=output_limit,
+                        needs={"history": hist_full.used, "system": sys_used, "question": q_tokens})
         if sys_used > base.system:
             raise BudgetError(f"the static prompt prefix needs {sys_used} tokens, over the system budget "
                               f"of {base.system}", fix="shorten prompt.system/policies/few_shot or raise "
                                                        "budget.system.cap")
-        q_tokens = self.tokenizer.count(question) + 4  # "Question: " label
-        hist_full = fit_history(history, 10 ** 9, self.tokenizer, cfg.trim)  # validates and measures
         if not 0 <= retrieved_scale <= 1:
             raise BudgetError(f"retrieved_scale must be in [0, 1], got {retrieved_scale}",
                               fix="pass a share between 0 and 1 (0.5 halves the retrieved budget)")

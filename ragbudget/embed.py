@@ -309,7 +309,9 @@ class SentenceTransformerEmbedder:
             yield
         finally:
             self._bulk_workers = 1
-            torch.set_num_threads(before)
+            # back to the configured count (``embedding.threads``), not to whatever this thread saw before:
+            # torch reports a per-thread OpenMP default in a thread that never set it
+            torch.set_num_threads(self.config.threads or before)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors for ``texts``: from memory, then the persistent cache, then the model (batched)."""

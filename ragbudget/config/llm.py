@@ -20,6 +20,50 @@ class KVSpecConfig(_Section):
     concurrency: int = Field(1, ge=1)  # requests that must fit at the tier's full context together
 
 
+# KV-cache element types llama.cpp accepts (name → ggml type id); quantized V needs flash attention
+KV_CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20,
+                  "bf16": 30}
+KVCacheType = Literal["f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "bf16"]
+
+
+class LlamaCppOptions(_Section):
+    """Engine options of a ``llamacpp`` tier, passed to ``llama_cpp.Llama`` (unknown keys are errors)."""
+
+    n_batch: int = Field(512, ge=1, le=65536)  # prompt tokens submitted per decode call
+    n_ubatch: int = Field(512, ge=1, le=65536)  # physical batch: tokens per compute graph
+    n_threads_batch: int | None = Field(None, ge=1, le=1024)  # threads for prompt evaluation (None: n_threads)
+    seed: int = Field(0, ge=0, le=2**32 - 1)  # sampling seed when a request sets none
+    flash_attn: bool = False
+    use_mmap: bool = True
+    use_mlock: bool = False
+    n_gpu_layers: int = Field(0, ge=-1)  # -1: all layers (needs a GPU build of llama.cpp)
+    offload_kqv: bool = True
+    type_k: KVCacheType | None = None  # KV-cache element types (None: f16)
+    type_v: KVCacheType | None = None
+    chat: bool = True  # apply the model's chat template (False: prompt.text as a raw completion)
+    lock_timeout_s: float = Field(60.0, gt=0)  # how long a request waits for the engine (one at a time)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "LlamaCppOptions":
+        if self.n_ubatch > self.n_batch:
+            raise ValueError(f"llamacpp.n_ubatch ({self.n_ubatch}) must not exceed llamacpp.n_batch "
+                             f"({self.n_batch})")
+        if self.type_v not in (None, "f16", "f32", "bf16") and not self.flash_attn:
+            raise ValueError(f"llamacpp.type_v={self.type_v} (a quantized V cache) needs llamacpp.flash_attn: true")
+        return self
+
+    def engine_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for ``llama_cpp.Llama`` (cache types as ggml type ids)."""
+        kw: dict[str, object] = self.model_dump(exclude={"chat", "lock_timeout_s", "seed", "type_k", "type_v"})
+        if kw["n_threads_batch"] is None:
+            del kw["n_threads_batch"]
+        for name in ("type_k", "type_v"):
+            v = getattr(self, name)
+            if v is not None:
+                kw[name] = KV_CACHE_TYPES[v]
+        return kw
+
+
 class TierConfig(_Section):
     name: str
     backend: Literal["extractive", "openai", "llamacpp", "scripted"] = "extractive"
@@ -33,8 +77,9 @@ class TierConfig(_Section):
     timeout_s: float = Field(30.0, gt=0)
     first_token_timeout_s: float = Field(20.0, gt=0)
     retries: int = Field(1, ge=0, le=10)
-    n_ctx: int | None = None  # llamacpp: context size to allocate
-    n_threads: int | None = None
+    n_ctx: int | None = Field(None, ge=16)  # llamacpp: context size to allocate (None: context_window)
+    n_threads: int | None = Field(None, ge=1, le=1024)  # llamacpp: decode threads (None: llama.cpp's choice)
+    llamacpp: LlamaCppOptions = LlamaCppOptions()  # llamacpp: engine options (batching, KV types, seed …)
     kv: KVSpecConfig | None = None  # KV-cache shape; `ragbudget info` shows max concurrency × context
     # How this tier's engine counts prompt tokens, for its window check: auto (llama.cpp's own tokenizer
     # and chat template; tiktoken for OpenAI model names), tiktoken:<encoding>, gguf:<path> (the GGUF a

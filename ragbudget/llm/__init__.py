@@ -27,6 +27,8 @@ def make_generator(tier: TierConfig, *, tokenizer: Tokenizer | None = None) -> G
     if tier.backend == "openai":
         return OpenAIGenerator.from_tier(tier)
     if tier.backend == "llamacpp":
-        return LlamaCppGenerator(tier.model, n_ctx=tier.n_ctx or tier.context_window, n_threads=tier.n_threads)
+        o = tier.llamacpp
+        return LlamaCppGenerator(tier.model, n_ctx=tier.n_ctx or tier.context_window, n_threads=tier.n_threads,
+                                 chat=o.chat, seed=o.seed, lock_timeout_s=o.lock_timeout_s, **o.engine_kwargs())
     raise ConfigError(f"llm.tiers[{tier.name!r}].backend={tier.backend!r} has no built-in generator",
                       fix="pass a Generator for this tier explicitly (Router(generators={...}))")
