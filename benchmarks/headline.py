@@ -13,8 +13,8 @@ Same corpus, same MiniLM embedder, same generator. Measured in one run:
 - Pipeline overhead per query = everything but generation (the pipeline's total minus its generate
   stage; baseline: query embedding + vector search + context join), P50/P99, next to the goal reference
   (one query embedding plus the index searches: ragbudget's own embed + dense + sparse stages).
-- TTFT on the local llama.cpp engine (a random-weight GGUF from ragbudget.llm.gguf_writer; each side its
-  own engine, requests alternating) with each pipeline's prompt.
+- (``--ttft N`` only) TTFT on a random-weight GGUF; the real-model comparison of answers, tokens and TTFT is
+  ``benchmarks/real_headline.py`` (SmolLM2-135M-Instruct), in its own section of BENCHMARKS.md.
 - Cache hit rate on a replay of synthetic traffic with repeats and paraphrases (ragbudget's caches on;
   LlamaIndex's default pipeline has no response cache).
 """
@@ -274,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--squad-limit", type=int, default=None, help="SQuAD questions (default: all 242)")
     ap.add_argument("--cranfield-pipeline", type=int, default=60, help="Cranfield queries through the pipeline")
-    ap.add_argument("--ttft", type=int, default=20, help="requests for the llama.cpp TTFT row (0: skip)")
+    ap.add_argument("--ttft", type=int, default=0,
+                    help="requests for a TTFT row on a random-weight GGUF (0: skip; superseded by "
+                         "benchmarks/real_headline.py, which measures TTFT and answers on a real model)")
     ap.add_argument("--replay", type=int, default=150, help="requests in the cache replay (0: skip)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--config", default=None, help="ragbudget's config (default: built-in defaults)")

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=40, help="questions per data set")
     ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, from {', '.join(SETS)}")
     ap.add_argument("--n-ctx", type=int, default=8192)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads per engine (1: see llamacpp_threads.py)")
     ap.add_argument("--data", default=str(EVAL_DATA), help="folder holding squad2/ and hotpot_dev/")
     ap.add_argument("--json", default=None)
     ap.add_argument("--write", default=None, help="update the real-answer headline in this BENCHMARKS.md")

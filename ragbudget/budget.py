@@ -23,15 +23,8 @@ SHRINK_ORDER = ("retrieved", "history", "system", "question", "output")
 
 
 def section_limit(sb: SectionBudget, window: int) -> int:
-    """The configured limit of one section for ``window`` (cap, ratio × window, or the smaller of both)."""
-    limits = []
-    if sb.cap is not None:
-        limits.append(sb.cap)
-    if sb.ratio is not None:
-        limits.append(int(sb.ratio * window))
-    if not limits:
-        raise BudgetError("a budget section has neither cap nor ratio", fix="set cap or ratio")
-    return max(min(limits), 0)
+    """The configured limit of one section for ``window``: :meth:`SectionBudget.limit`, the one rule."""
+    return sb.limit(window)
 
 
 def allocate(cfg: BudgetConfig, *, window: int | None = None, output_tokens: int | None = None,

@@ -26,6 +26,7 @@ import headline  # noqa: E402
 import loadtest  # noqa: E402
 import microbatch  # noqa: E402
 import pipeline_latency  # noqa: E402
+import real_headline  # noqa: E402
 import retrieval_modes  # noqa: E402
 
 from ragbudget.cache import MemoryBackend  # noqa: E402
@@ -44,6 +45,8 @@ SCRIPTS = {
     "cache_lookup": ["--redis-url", "-n"],
     "retrieval_modes": ["folders", "--config", "--json"],
     "cold_ingest": ["before", "after", "data", "--rounds", "--only"],
+    "real_headline": ["--n", "--sets", "--n-ctx", "--threads", "--data", "--json", "--write"],
+    "llamacpp_threads": ["--tokens", "--rounds", "--threads", "--load"],
 }
 
 
@@ -234,3 +237,33 @@ def test_cold_ingest_times_both_trees_in_fresh_processes(tmp_path, capsys, share
     table = [line for line in out.splitlines() if line.startswith("| six.jsonl |")]
     assert [line.split(" | ")[3] for line in table] == ["before", "after", "after, 1 core"]
     assert len({line.split(" | ")[1] for line in table}) == 1 and int(table[0].split(" | ")[1]) >= 6
+
+
+def test_real_headline_scores_answers_like_squad_and_tests_signs() -> None:
+    assert real_headline.normalize("The  Eiffel-Tower!") == "eiffeltower"
+    assert real_headline.correct("It was built by Gustave Eiffel in 1889.", ["Gustave Eiffel"])
+    assert not real_headline.correct("It was built in Paris.", ["Gustave Eiffel"])
+    assert real_headline.token_f1("Gustave Eiffel built it", ["Gustave Eiffel"]) == pytest.approx(2 * 0.5 / 1.5)
+    assert real_headline.token_f1("nothing", ["Gustave Eiffel"]) == 0.0
+    assert real_headline.sign_test(0, 0) == 1.0
+    assert real_headline.sign_test(6, 0) == pytest.approx(2 / 64)
+    assert real_headline.sign_test(3, 3) == 1.0
+
+
+def test_real_headline_table_and_section(tmp_path: Path) -> None:
+    side = {"accuracy": 0.5, "f1": 0.4, "answer_in_context": 0.9, "support_both": 0.6, "prompt_tokens": 200.0,
+            "cached_tokens": 60.0, "completion_tokens": 20.0, "ttft_p50_ms": 100.0, "ttft_p95_ms": 150.0,
+            "total_p50_ms": 900.0, "total_p95_ms": 1500.0}
+    r = {"date": "2026-12-05", "model": "m.gguf", "n_ctx": 8192, "threads": 1, "wall_s": 1.0,
+         "sets": {"hotpot_dev": {"questions": 2, "ragbudget": side, "sign_test": {"ragbudget_only": 1,
+                                 "llamaindex_only": 0, "p": 1.0},
+                                 "llamaindex": {**side, "accuracy": 0.25, "prompt_tokens": 400.0, "ttft_p50_ms": 300.0}}}}
+    table = real_headline.markdown(r)
+    assert "| hotpot_dev (2) | 0.5 / 0.25 (2.00×)" in table and "200.0 / 400.0 (0.50×)" in table
+    assert "100.0 / 300.0 (0.33×)" in table and "0.6 / 0.6" in table
+    doc = tmp_path / "B.md"
+    doc.write_text("# Benchmarks\n", encoding="utf-8")
+    real_headline.write_section(doc, table, "cmd", r)
+    real_headline.write_section(doc, table, "cmd2", r)  # replaced in place, not appended twice
+    text = doc.read_text(encoding="utf-8")
+    assert text.count(real_headline.START) == 1 and "Command: `cmd2`" in text

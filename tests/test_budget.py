@@ -95,3 +95,19 @@ def test_small_window_gives_unused_fixed_sections_to_the_context_first() -> None
     assert told.retrieved == 512 - cfg.safety_margin - 71 - 20 - 64
     # a roomy window is untouched: caps stay ceilings, nothing is lent by the needs
     assert allocate(cfg, needs={"history": 0, "system": 71, "question": 20}) == allocate(cfg)
+
+
+def test_one_budget_rule_for_the_question_limit_and_allocation() -> None:
+    """cap 256 and ratio 0.01 of 8192: the config's question limit and the allocation agree on 81 tokens, so a
+    200-token question is refused before it could be cut (both rules used to disagree: 252 vs 81)."""
+    from ragbudget.accounting import check_question
+    from ragbudget.config import question_limit
+    from ragbudget.errors import QuestionTooLongError
+    from ragbudget.tokens import Tokenizer
+
+    cfg = load_config(None, environ={}).with_overrides({"budget.question.ratio": 0.01})
+    assert cfg.budget.section_tokens("question") == allocate(cfg.budget).question == 81
+    limit, _ = question_limit(cfg)
+    assert limit == 81 - 4
+    with pytest.raises(QuestionTooLongError):
+        check_question("word " * 200, cfg, Tokenizer())

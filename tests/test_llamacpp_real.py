@@ -203,6 +203,36 @@ def test_pipeline_streams_a_real_answer_with_an_honest_ledger(smol_rag: RAG) -> 
     assert second.ledger.prompt["engine_cached_tokens"] > 0
 
 
+def test_pipeline_stream_left_early_frees_the_engine(smol_rag: RAG) -> None:
+    stream = smol_rag.stream("Write everything the documents say about the Normans.", max_tokens=48)
+    seen = 0
+    for ev in stream:
+        if isinstance(ev, TokenEvent):
+            seen += 1
+            if seen == 2:
+                break
+    stream.close()  # the caller went away: generation stops between tokens, the engine lock is released
+    done = threading.Event()
+
+    def ask() -> None:
+        smol_rag.query("In what country is Normandy located?", max_tokens=8)
+        done.set()
+
+    t = threading.Thread(target=ask)
+    t.start()
+    t.join(timeout=60)
+    assert seen == 2 and done.is_set()
+
+
+def test_quickstart_answers_with_the_real_model(tmp_path: Path, capsys) -> None:
+    from ragbudget.cli import main as cli_main
+
+    assert cli_main(["quickstart", "--index-dir", str(tmp_path / "idx")]) == 0  # auto: SmolLM2 is installed
+    out = capsys.readouterr().out
+    assert "SmolLM2-135M-Instruct on llama.cpp" in out and out.count("A:") >= 3
+    assert "route smollm2" in out or "cache " in out
+
+
 def test_pipeline_refits_the_context_to_a_small_window(smollm2_gguf: Path, tmp_path: Path, embedder) -> None:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in _squad_records(20)), encoding="utf-8")

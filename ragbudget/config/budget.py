@@ -15,6 +15,17 @@ class SectionBudget(_Section):
     ratio: float | None = Field(None, ge=0, le=1)  # share of the window
     min: int = Field(0, ge=0)
 
+    def limit(self, window: int) -> int:
+        """The one budget rule, used by config checks, allocation and the question limit alike: the
+        section's ceiling in a ``window``-token window is its cap, or ratio × window, or the smaller of the
+        two when both are set. Raises :class:`BudgetConfigError` when neither is set."""
+        limits = [self.cap] if self.cap is not None else []
+        if self.ratio is not None:
+            limits.append(int(self.ratio * window))
+        if not limits:
+            raise BudgetConfigError("a budget section has neither cap nor ratio", fix="set cap or ratio")
+        return max(min(limits), 0)
+
 
 class BudgetConfig(_Section):
     context_window: int = Field(8192, ge=128)
@@ -39,12 +50,12 @@ class BudgetConfig(_Section):
             if s.cap is None and s.ratio is None:
                 raise BudgetConfigError(f"budget.{n}: set cap or ratio",
                                         fix=f"give budget.{n} a cap (tokens) or a ratio (share of the window)")
-            fixed = s.cap if s.cap is not None else int(s.ratio * self.context_window)  # type: ignore[operator]
+            fixed = s.limit(self.context_window)
             if s.min > fixed:
                 raise BudgetConfigError(f"budget.{n}.min ({s.min}) exceeds its cap ({fixed})",
                                         fix=f"lower budget.{n}.min or raise its cap")
             if n == "output" and fixed < 1:  # (the question's room is checked with its limit, in Config)
-                src = "cap" if s.cap is not None else f"ratio × context_window ({s.ratio} × {self.context_window})"
+                src = "cap" if s.ratio is None else f"ratio × context_window ({s.ratio} × {self.context_window})"
                 raise BudgetConfigError(f"budget.{n}: {src} gives {fixed} tokens; the {n} needs at least 1",
                                         fix=f"set budget.{n}.cap to a positive number of tokens")
             total += fixed
@@ -60,9 +71,9 @@ class BudgetConfig(_Section):
         return self
 
     def section_tokens(self, name: str) -> int:
-        """A section's configured ceiling in tokens (its cap, else ratio × context_window)."""
+        """A section's configured ceiling in tokens at ``context_window`` (:meth:`SectionBudget.limit`)."""
         s: SectionBudget = getattr(self, name)
-        return s.cap if s.cap is not None else int((s.ratio or 0.0) * self.context_window)
+        return s.limit(self.context_window)
 
 
 #: Tokens the prompt spends on the "Question: " label (the builder counts them with the question).

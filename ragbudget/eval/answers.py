@@ -62,7 +62,8 @@ class AnswersReport:
 
 
 def load_questions(folder: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """Questions with at least one answer string (the answerable ones)."""
+    """Questions with at least one answer string (the answerable ones); ``supporting`` (corpus ids of the
+    paragraphs a multi-hop question needs) is kept when the set lists it."""
     path = Path(folder) / "questions.jsonl"
     if not path.is_file() or not (Path(folder) / "corpus.jsonl").is_file():
         raise IngestError(f"{folder} is not an answers folder (needs corpus.jsonl and questions.jsonl)",
@@ -78,7 +79,10 @@ def load_questions(folder: str | Path, limit: int | None = None) -> list[dict[st
                 raise IngestError(f"{path}:{n}: not JSON ({err})") from None
             answers = [a for a in q.get("answers", []) if isinstance(a, str) and a.strip()]
             if isinstance(q.get("text"), str) and q["text"].strip() and answers:
-                out.append({"id": q.get("_id"), "text": q["text"], "answers": answers})
+                rec: dict[str, Any] = {"id": q.get("_id"), "text": q["text"], "answers": answers}
+                if isinstance(q.get("supporting"), list):  # multi-hop sets: the paragraphs it needs
+                    rec["supporting"] = [str(s) for s in q["supporting"]]
+                out.append(rec)
     return out[:limit] if limit else out
 
 
