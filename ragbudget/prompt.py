@@ -94,8 +94,11 @@ def neutralise(text: str) -> str:
 def doc_header(n: int, s: Scored) -> str:
     """``[n] name``: the document's title, else its file name. Never a directory (it would leak the
     server's layout to the engine's provider and cost tokens), and nothing for a record from a collection
-    file (every record would repeat the same ``corpus.jsonl``)."""
+    file (every record would repeat the same ``corpus.jsonl``), and not the title again when the text already
+    opens with it (a record is indexed as ``title\n\ntext``: the title would be paid for twice)."""
     name = s.chunk.title.strip()
+    if name and s.chunk.text.lstrip().startswith(name):
+        return f"[{n}]"
     if not name:
         base = PurePath(s.chunk.source.split("#", 1)[0].replace("\\", "/")).name
         name = "" if PurePath(base).suffix.lower() in RECORD_FILES else base

@@ -33,7 +33,7 @@ SYSTEM = ("You are a careful assistant. Answer the question using only the docum
 
 @pytest.fixture(scope="module")
 def smol(smollm2_gguf: Path) -> LlamaCppGenerator:
-    g = LlamaCppGenerator(str(smollm2_gguf), n_ctx=2048, n_threads=2)
+    g = LlamaCppGenerator(str(smollm2_gguf), n_ctx=2048, n_threads=1)
     g.load()
     return g
 
@@ -175,7 +175,7 @@ def smol_rag(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path, embed
     corpus = tmp / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in _squad_records(40)), encoding="utf-8")
     tier = {"name": "smollm2", "backend": "llamacpp", "model": str(smollm2_gguf), "context_window": 4096,
-            "n_ctx": 4096, "n_threads": 2, "max_output_tokens": 48, "timeout_s": 120, "first_token_timeout_s": 60}
+            "n_ctx": 4096, "n_threads": 1, "max_output_tokens": 48, "timeout_s": 120, "first_token_timeout_s": 60}
     cfg = Config().with_overrides({"index.dir": str(tmp / "idx"), "cache.path": str(tmp / "cache.sqlite"),
                                    "llm.tiers": [tier]})
     rag = RAG(cfg, index="squad", embedder=embedder)
@@ -237,7 +237,7 @@ def test_pipeline_refits_the_context_to_a_small_window(smollm2_gguf: Path, tmp_p
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in _squad_records(20)), encoding="utf-8")
     tier = {"name": "small", "backend": "llamacpp", "model": str(smollm2_gguf), "context_window": 384,
-            "n_ctx": 384, "n_threads": 2, "max_output_tokens": 16}
+            "n_ctx": 384, "n_threads": 1, "max_output_tokens": 16}
     cfg = Config().with_overrides({"index.dir": str(tmp_path / "idx"), "cache.response": False,
                                    "cache.retrieval": False, "cache.semantic.enabled": False, "llm.tiers": [tier],
                                    "budget.retrieved.cap": 2000, "budget.context_window": 8192,

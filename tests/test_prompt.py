@@ -109,3 +109,15 @@ def test_document_headers_name_the_document_never_a_directory_or_collection():
     assert "[1]\nSome text." in one({"source": "/data/corpus.jsonl"})  # a record: the file says nothing
     assert "[1] Refund policy\n" in one({"source": "/data/corpus.jsonl", "title": "Refund policy"})
     assert "[1] notes.txt\n" in one({"source": "C:\\Users\\me\\notes.txt#3"})
+
+
+def test_a_record_title_the_text_already_opens_with_is_not_paid_twice():
+    def one(text, title):
+        return build_prompt(CFG.prompt, TOK, question="q?", context=[Scored(Chunk(
+            id="c", doc_id="d", text=text, metadata={"source": "/data/corpus.jsonl", "title": title}),
+            score=1.0)]).messages[1].content
+    # how a record is indexed: "title\n\ntext" — the header is the number alone
+    user = one("Refund policy\n\nRefunds take 14 days.", "Refund policy")
+    assert "[1]\nRefund policy\n\nRefunds take 14 days." in user and user.count("Refund policy") == 1
+    # a chunk whose text does not open with the title (trimmed to a later sentence) keeps it in the header
+    assert "[1] Refund policy\nRefunds take 14 days." in one("Refunds take 14 days.", "Refund policy")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -36,6 +38,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     llama_chat_format = None  # type: ignore[assignment]
 
 INSTALL_HINT = "pip install 'ragbudget[llamacpp]'"
+log = logging.getLogger("ragbudget")
 # llama-cpp-python's create_chat_completion sampling defaults, kept so answers match its chat API
 SAMPLING_DEFAULTS = {"top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
 
@@ -139,6 +142,13 @@ class LlamaCppGenerator(BaseGenerator):
         with self._load_lock:
             if self._llm is None:
                 check_cpu_support(self.model_path)
+                cores = os.cpu_count() or 1
+                if self.n_threads is not None and self.n_threads >= cores > 1:
+                    # measured (benchmarks/llamacpp_threads.py): with every core decoding and one other busy
+                    # process, llama.cpp's threads wait on each other at every barrier
+                    log.warning("llamacpp tier %s: n_threads=%d uses all %d cores; decoding slows several-fold "
+                                "whenever anything else runs (leave a core free, or n_threads: null)",
+                                self.model, self.n_threads, cores)
                 try:
                     llm = llama_cpp.Llama(str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
                                           seed=self.seed, verbose=False, **self._llama_kwargs)
