@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,30 @@ def embedder() -> SentenceTransformerEmbedder:
     emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=False))
     emb.warm_up()
     return emb
+
+
+# A required component that is missing (redis-server, embedded PostgreSQL, llama.cpp, the SmolLM2 model, the
+# shared data) turns its tests into skips; a run that skipped them would claim what it never checked. So any
+# skip fails the run, with the reasons listed, unless RAGBUDGET_ALLOW_SKIPS=1 (running what is available on a
+# machine without them). `bash .ci/install` installs every component.
+_SKIPPED: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPPED.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _SKIPPED and os.environ.get("RAGBUDGET_ALLOW_SKIPS") != "1" and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _SKIPPED and os.environ.get("RAGBUDGET_ALLOW_SKIPS") != "1":
+        terminalreporter.section("skipped tests fail this run")
+        for line in _SKIPPED[:50]:
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"{len(_SKIPPED)} test(s) skipped: install the missing component "
+                                    "(bash .ci/install), or set RAGBUDGET_ALLOW_SKIPS=1 to run what is available")
