@@ -115,7 +115,9 @@ class ServiceConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     workers: int = Field(1, ge=1)
-    auth: bool = False
+    # None (default): on whenever an API key is configured (service.tenants[].api_keys or api_keys_env);
+    # true: keys required at start-up; false: refused at start-up if any key is configured.
+    auth: bool | None = None
     document_root: str = "."
     # ingest refuses symbolic links (403 symlink_refused); true follows links that stay inside the root
     follow_symlinks: bool = False
@@ -126,6 +128,9 @@ class ServiceConfig(_Section):
     # `ragbudget serve` only: after start-up, move the loaded models and indexes out of the cyclic garbage
     # collector's reach (gc.freeze). A full collection over them stalls every request for ~0.4 s.
     gc_freeze: bool = True
+    # /metrics needs a valid key when auth is on (tenant names and per-tenant counts are in it);
+    # true serves it to anyone who can reach the port (e.g. a scraper on a private network).
+    metrics_public: bool = False
     # Without auth every request is the "default" tenant, which may query every index ("*").
     tenants: list[TenantConfig] = [TenantConfig(name="default", indexes=["*"])]
     limits: LimitsConfig = LimitsConfig()

@@ -1,0 +1,140 @@
+"""Issue 25: no tenant reads what it may not, no input makes a 500. One test per defect class, named for
+what it guards; a real uvicorn server on loopback over the real RAG (50 Cranfield abstracts)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+from service_fixtures import KEYS
+
+from ragbudget.config import Config, TenantConfig
+from ragbudget.errors import ConfigError
+from ragbudget.service.app import BackgroundServer, create_app
+
+QUESTION = "what is the spanwise distribution of lift increase due to slipstream"
+
+
+@pytest.fixture(scope="module")
+def server(cranfield_rag, service_config) -> Iterator[BackgroundServer]:
+    with BackgroundServer(create_app(cranfield_rag, service_config)) as srv:
+        yield srv
+
+
+def _client(server: BackgroundServer, tenant: str = "acme") -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEYS[tenant]}"}, timeout=60)
+
+
+def _wait_job(c: httpx.Client, url: str, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = c.get(url).json()
+        if st["state"] in ("done", "failed"):
+            return st
+        time.sleep(0.1)
+    raise AssertionError(f"job {url} did not finish")
+
+
+# 1 ------------------------------------------------------------------------------------------------
+def test_batch_line_without_index_never_reads_another_tenants_default_index(server, service_config):
+    """globex may use only 'globex' (not built): a line naming no index must not be answered from the
+    server's default index (acme's), and the refusal names no other index and no server path."""
+    body = "\n".join(json.dumps(x) for x in [{"id": "a", "question": QUESTION}])
+    with _client(server, "globex") as c:
+        r = c.post("/v1/batches", content=body)
+        assert r.status_code == 404, r.text
+        err = r.json()["error"]
+        assert err["type"] == "IndexNotFoundError"
+        text = json.dumps(err)
+        assert "default" not in text and service_config.index.dir not in text and "acme-extra" not in text
+        # the same line naming the other tenant's index explicitly: the same 404
+        r = c.post("/v1/batches", content=json.dumps({"id": "a", "question": QUESTION, "index": "default"}))
+        assert r.status_code == 404 and r.json()["error"]["type"] == "IndexNotFoundError"
+
+
+def test_batch_line_without_index_is_answered_from_the_callers_index(server):
+    with _client(server, "acme") as c:
+        r = c.post("/v1/batches", content=json.dumps({"id": "q1", "question": QUESTION}))
+        assert r.status_code == 202, r.text
+        st = _wait_job(c, r.json()["status_url"])
+        assert st["state"] == "done" and st["detail"]["answered"] == 1
+        out = [json.loads(x) for x in c.get(r.json()["status_url"] + "/results").text.splitlines()]
+    assert out[0]["ok"] and out[0]["citations"]
+
+
+def test_every_route_refuses_an_index_outside_the_tenant_alike(server):
+    """query, OpenAI model, extra_body index, ingest, delete: one resolver, one answer (404, no listing)."""
+    with _client(server, "globex") as c:
+        answers = [
+            c.post("/v1/query", json={"question": QUESTION, "index": "default"}),
+            c.post("/v1/query", json={"question": QUESTION}),  # its default 'globex' is not built
+            c.post("/v1/chat/completions", json={"model": "ragbudget", "index": "default",
+                                                 "messages": [{"role": "user", "content": QUESTION}]}),
+            c.post("/v1/ingest", json={"index": "default", "records": [{"id": "x", "text": "planted"}]}),
+            c.post("/v1/documents/delete", json={"index": "default", "doc_ids": ["1"]}),
+            c.post("/v1/documents/delete", json={"doc_ids": ["1"]}),
+        ]
+    for r in answers:
+        assert r.status_code == 404, (r.request.url, r.text)
+        assert "acme" not in r.text and "(existing" not in r.text
+
+
+# 2 ------------------------------------------------------------------------------------------------
+def test_keys_configured_turn_auth_on_by_default(cranfield_rag, service_config):
+    cfg = service_config.with_overrides({"service.auth": None})
+    with BackgroundServer(create_app(cranfield_rag, cfg)) as srv:
+        assert httpx.post(srv.url + "/v1/query", json={"question": QUESTION}).status_code == 401
+        r = httpx.post(srv.url + "/v1/query", json={"question": QUESTION}, headers={"X-API-Key": "sk-wrong"})
+        assert r.status_code == 401
+        with _client(srv, "globex") as c:  # another tenant's key is that tenant, not the first one
+            assert c.get("/v1/indexes").json()["tenant"] == "globex"
+            assert c.post("/v1/query", json={"question": QUESTION, "index": "default"}).status_code == 404
+        with _client(srv, "acme") as c:
+            assert c.post("/v1/query", json={"question": QUESTION}).status_code == 200
+
+
+def test_keys_from_env_turn_auth_on_by_default(cranfield_rag, service_config):
+    tenants = [TenantConfig(name="acme", indexes=["default"]).model_dump(),
+               TenantConfig(name="globex", indexes=["globex"]).model_dump()]
+    cfg = service_config.with_overrides({"service.auth": None, "service.tenants": tenants})
+    app = create_app(cranfield_rag, cfg, environ={"RAGBUDGET_API_KEYS": "sk-env-g:globex"})
+    with BackgroundServer(app) as srv:
+        assert httpx.get(srv.url + "/v1/indexes").status_code == 401
+        r = httpx.get(srv.url + "/v1/indexes", headers={"Authorization": "Bearer sk-env-g"})
+        assert r.json()["tenant"] == "globex"
+
+
+def test_auth_explicitly_off_with_keys_refuses_to_start(cranfield_rag, service_config):
+    cfg = service_config.with_overrides({"service.auth": False})
+    with pytest.raises(ConfigError) as exc:
+        create_app(cranfield_rag, cfg)
+    assert "service.auth" in str(exc.value) and exc.value.fix
+    cfg_env = Config().with_overrides({"service.auth": False})
+    with pytest.raises(ConfigError):
+        create_app(cranfield_rag, cfg_env, environ={"RAGBUDGET_API_KEYS": "sk-1:default"})
+
+
+def test_no_keys_means_open_server_as_documented(cranfield_rag, service_config):
+    cfg = service_config.with_overrides({"service.auth": None, "service.tenants": [
+        TenantConfig(name="default", indexes=["*"]).model_dump()]})
+    with BackgroundServer(create_app(cranfield_rag, cfg, environ={})) as srv:
+        assert httpx.get(srv.url + "/v1/indexes").json()["tenant"] == "default"
+
+
+# 8 (patterns) -------------------------------------------------------------------------------------
+def test_trailing_newline_fails_index_name_and_job_id_patterns(server, service_config, tmp_path):
+    from ragbudget.index.names import valid_name  # noqa: PLC0415
+    from ragbudget.index.local import LocalJobStore  # noqa: PLC0415
+
+    assert not valid_name("nl\n") and valid_name("nl")
+    with _client(server, "acme") as c:
+        r = c.post("/v1/ingest", json={"index": "nl\n", "records": [{"id": "x", "text": "t"}]})
+        assert r.status_code in (400, 404) and r.json()["error"]
+        assert c.get("/v1/batches/batch-0123456789abcdef%0A/results").status_code == 404
+    from pathlib import Path  # noqa: PLC0415
+    assert not (Path(service_config.index.dir) / "nl\n").exists()
+    with pytest.raises(Exception, match="invalid job id"):
+        LocalJobStore(tmp_path).put("job\n", {})
