@@ -11,6 +11,7 @@ version is served. ``ingest``/``delete`` write under the backend's writer lock a
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -41,6 +42,23 @@ log = logging.getLogger(__name__)
 class LoadedIndex:
     index: IndexStore
     retriever: HybridRetriever
+    identity: str = ""  # which index this is (backend location + name), see :func:`index_identity`
+
+    @property
+    def cache_version(self) -> str:
+        """What caches key entries by: the index's identity and its content version. Two indexes holding the
+        same chunk ids at the same revision (another name, another folder, another database) never share."""
+        return f"{self.identity}@{self.index.version}"
+
+
+def index_identity(config: Config, name: str) -> str:
+    """A stable id for the index ``name`` of this configuration's backend: the local folder (resolved) or a
+    digest of the PostgreSQL DSN and schema (no password in any key)."""
+    ix = config.index
+    if ix.backend == "postgres":
+        where = hashlib.sha256(f"{ix.dsn}|{ix.postgres.schema_name}".encode()).hexdigest()[:16]
+        return f"postgres:{where}:{name}"
+    return f"local:{hashlib.sha256(str(Path(ix.dir).resolve()).encode()).hexdigest()[:16]}:{name}"
 
 
 class IndexRegistry:
@@ -61,7 +79,8 @@ class IndexRegistry:
         self.bulk_threads: int | None = config.embedding.ingest_threads
 
     def _wrap(self, store: IndexStore) -> LoadedIndex:
-        return LoadedIndex(store, HybridRetriever(store, self.config.retrieval, self.embedder, pool=self._pool))
+        return LoadedIndex(store, HybridRetriever(store, self.config.retrieval, self.embedder, pool=self._pool),
+                           index_identity(self.config, store.name))
 
     def get(self, name: str) -> LoadedIndex:
         """The index ``name`` at its latest committed version (opened on first use)."""

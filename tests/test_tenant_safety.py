@@ -138,3 +138,54 @@ def test_trailing_newline_fails_index_name_and_job_id_patterns(server, service_c
     assert not (Path(service_config.index.dir) / "nl\n").exists()
     with pytest.raises(Exception, match="invalid job id"):
         LocalJobStore(tmp_path).put("job\n", {})
+
+
+# 3 ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def twin_indexes(tmp_path, embedder, shared_data):
+    """Two local indexes holding the same documents (same chunk ids) with different metadata."""
+    from ragbudget.pipeline import RAG  # noqa: PLC0415
+
+    src = shared_data / "eval" / "cranfield" / "corpus.jsonl"
+    rows = [json.loads(x) for x in src.read_text(encoding="utf-8").splitlines()[:20]]
+    cfg = Config().with_overrides({"index.dir": str(tmp_path / "idx"), "cache.backend": "memory"})
+    rag = RAG(cfg, embedder=embedder)
+    for name, lang in (("twin-a", "en"), ("twin-b", "de")):
+        rag.ingest([{"id": r["_id"], "title": r.get("title", ""), "text": r["text"], "lang": lang}
+                    for r in rows], index=name)
+    return rag
+
+
+def test_cached_answers_and_chunks_never_cross_indexes_with_the_same_chunk_ids(twin_indexes):
+    rag = twin_indexes
+    a = rag.query(QUESTION, index="twin-a", filters={"lang": "en"})
+    assert a.context and all(s.chunk.metadata.get("lang") == "en" for s in a.context)
+    b = rag.query(QUESTION, index="twin-b", filters={"lang": "en"})  # nothing in twin-b passes the filter
+    assert b.cache_layer is None
+    assert not b.context, [s.chunk.metadata for s in b.context]
+    assert rag.indexes.get("twin-a").cache_version != rag.indexes.get("twin-b").cache_version
+
+
+def test_retrieval_cache_entries_are_per_tenant(twin_indexes):
+    from ragbudget.types import Ledger, Timings  # noqa: PLC0415
+
+    rag = twin_indexes
+    loaded = rag.indexes.get("twin-a")
+    first = Ledger()
+    rag.retrieval.search(QUESTION, loaded, 5, Timings(), first, tenant="t1")
+    again, other = Ledger(), Ledger()
+    rag.retrieval.search(QUESTION, loaded, 5, Timings(), again, tenant="t1")
+    rag.retrieval.search(QUESTION, loaded, 5, Timings(), other, tenant="t2")
+    assert "retrieval_cache_hit" in again.flags and "retrieval_cache_hit" not in other.flags
+
+
+def test_local_content_version_covers_metadata(tmp_path, embedder):
+    from ragbudget.pipeline import RAG  # noqa: PLC0415
+
+    cfg = Config().with_overrides({"index.dir": str(tmp_path / "idx")})
+    rag = RAG(cfg, embedder=embedder)
+    rag.ingest([{"id": "d1", "text": "wing lift at low speed", "lang": "en"}], index="x")
+    rag.ingest([{"id": "d1", "text": "wing lift at low speed", "lang": "en"}], index="y")
+    rag.ingest([{"id": "d1", "text": "wing lift at low speed", "lang": "de"}], index="z")
+    vx, vz = (rag.indexes.get(n).index.version for n in ("x", "z"))
+    assert vx != vz  # same id, same revision, other metadata: another content version

@@ -32,7 +32,7 @@ from .base import ProgressFn
 from .dense import DenseIndex
 from .filters import Filters, fingerprint, matches
 from .lock import index_write_lock
-from .manifest import FORMAT_VERSION, MANIFEST_FILE, Manifest, content_version
+from .manifest import FORMAT_VERSION, MANIFEST_FILE, Manifest, content_version, next_content_version
 from .names import check_name, default_embedder, ingest_tokenizer, list_indexes
 from .reader import SegmentCache, Version, read_version
 from .report import IngestReport
@@ -310,7 +310,8 @@ class HybridIndex:
         m = self.manifest
         m.revision += 1
         m.n_chunks, m.n_documents = len(self._ids), len(self.store.doc_ids())
-        m.content_version = content_version(self._ids, m.revision)
+        m.content_version = next_content_version(m.content_version or content_version(self._ids), m.revision,
+                                                 remove, ((c.id, c.doc_id, c.metadata) for c in add))
         m.faiss_kind, m.updated_at, m.notes = self.dense.kind, time.time(), list(self.dense.notes)
         m.analyzer = {**self.sparse.analyzer.settings(), "k1": self.sparse.config.k1, "b": self.sparse.config.b}
 
