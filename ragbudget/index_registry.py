@@ -24,7 +24,7 @@ from typing import Any, ContextManager, Iterable, Mapping
 
 from .config import Config
 from .embed import Embedder
-from .errors import IngestError
+from .errors import IngestError, QueryError
 from .index import IngestReport, ProgressFn
 from .index.backends import make_backend
 from .index.base import IndexBackend, IndexStore
@@ -32,6 +32,7 @@ from .index.hybrid import wait_notice
 from .ingest.loaders import LoadReport, check_record_ids, load_jsonl_bytes
 from .ingest.paths import PathPolicy
 from .retrieve import HybridRetriever
+from .safe_values import unsafe_reason
 from .trim import split_sentences
 from .types import Chunk, Document
 
@@ -144,6 +145,12 @@ class IndexRegistry:
 
     def delete(self, name: str, *, doc_ids: Iterable[str] = (), sources: Iterable[str] = ()) -> int:
         """Remove documents by id or source from index ``name``; returns the chunks removed."""
+        doc_ids, sources = list(doc_ids), list(sources)
+        for what, values in (("doc_ids", doc_ids), ("sources", sources)):
+            for v in values:
+                why = "is not a string" if not isinstance(v, str) else unsafe_reason(v)
+                if why:
+                    raise QueryError(f"{what}: {v!r} {why}", fix=f"send {what} as plain text strings")
         with self._ingest_lock, self.backend.write_lock(name, self.config.index.lock_timeout_s):
             idx = self.backend.open(name, self.embedder)
             removed = idx.delete(doc_ids=list(doc_ids), sources=list(sources))
@@ -183,6 +190,10 @@ def records_to_documents(source: Iterable[Mapping[str, Any] | Document]) -> tupl
     lines: list[str] = []
     for i, rec in enumerate(source):
         if isinstance(rec, Document):
+            why = unsafe_reason(rec.id) or unsafe_reason(rec.text) or unsafe_reason(dict(rec.metadata))
+            if why:
+                raise IngestError(f"record {i} ({rec.id!r}): a value {why}; nothing was ingested",
+                                  fix="remove NUL characters, unpaired surrogates, NaN and Infinity from the record")
             docs.append(rec)
         elif isinstance(rec, Mapping):
             lines.append(json.dumps(dict(rec), default=str))

@@ -9,6 +9,7 @@ from typing import Iterator
 
 import httpx
 import pytest
+from pg_fixture import pg_server, pg_test_config  # noqa: F401  (pytest fixture)
 from service_fixtures import KEYS
 
 from ragbudget.config import Config, TenantConfig
@@ -189,3 +190,112 @@ def test_local_content_version_covers_metadata(tmp_path, embedder):
     rag.ingest([{"id": "d1", "text": "wing lift at low speed", "lang": "de"}], index="z")
     vx, vz = (rag.indexes.get(n).index.version for n in ("x", "z"))
     assert vx != vz  # same id, same revision, other metadata: another content version
+
+
+# 6 ------------------------------------------------------------------------------------------------
+BAD_FILTER_BODIES = [  # raw JSON: NaN/Infinity literals, NUL and a lone surrogate as JSON escapes
+    '{"question": "lift", "filters": {"year": NaN}}',
+    '{"question": "lift", "filters": {"year": {"gte": Infinity}}}',
+    '{"question": "lift", "filters": {"year": {"lt": -Infinity}}}',
+    '{"question": "lift", "filters": {"year": 1e999}}',
+    '{"question": "lift", "filters": {"source": "a\\u0000b"}}',
+    '{"question": "lift", "filters": {"source": ["\\ud800"]}}',
+    '{"question": "lift", "filters": {"ti\\u0000tle": "x"}}',
+    '{"question": "li\\u0000ft"}',
+    '{"question": "lift \\udfff"}',
+]
+BAD_DELETE_BODIES = ['{"doc_ids": ["a\\u0000"]}', '{"sources": ["\\ud800"]}']
+BAD_RECORDS = ['{"records": [{"id": "n", "text": "a\\u0000b"}]}',
+               '{"records": [{"id": "n", "text": "ok", "metadata": {"x": NaN}}]}',
+               '{"records": [{"id": "n", "text": "ok", "metadata": {"x": [Infinity]}}]}',
+               '{"records": [{"id": "\\ud800", "text": "ok"}]}']
+
+
+def _probe_client_input(srv: BackgroundServer, index: str) -> list[tuple[str, int, str]]:
+    """Every probe body against query, delete and ingest: (body, status, error type)."""
+    out = []
+    with _client(srv, "acme") as c:
+        h = {"content-type": "application/json"}
+        for body in BAD_FILTER_BODIES:
+            r = c.post("/v1/query", content=body.replace('"lift"', f'"lift", "index": "{index}"', 1), headers=h)
+            out.append((body, r.status_code, r.json()["error"]["type"]))
+        for body in BAD_DELETE_BODIES:
+            r = c.post("/v1/documents/delete", content=body.replace("{", f'{{"index": "{index}", ', 1), headers=h)
+            out.append((body, r.status_code, r.json()["error"]["type"]))
+        for body in BAD_RECORDS:
+            r = c.post("/v1/ingest", content=body.replace("{", f'{{"index": "{index}", ', 1), headers=h)
+            out.append((body, r.status_code, r.json()["error"]["type"]))
+    return out
+
+
+def test_nan_infinity_nul_and_surrogates_are_400_not_500_on_local(server):
+    for body, status, kind in _probe_client_input(server, "default"):
+        assert 400 <= status < 500 and kind != "internal_error", (body, status, kind)
+
+
+@pytest.fixture(scope="module")
+def pg_service_config(pg_server, service_config, tmp_path_factory):  # noqa: F811
+    base = pg_test_config(pg_server.dsn(), tmp_path_factory.mktemp("pg"))
+    return service_config.with_overrides({"index.backend": "postgres", "index.dsn": base.index.dsn,
+                                          "index.postgres": base.index.postgres.model_dump(),
+                                          "index.dir": base.index.dir})
+
+
+def test_nan_infinity_nul_and_surrogates_are_400_not_500_on_postgres(pg_service_config, embedder, docs_root):
+    from ragbudget.pipeline import RAG  # noqa: PLC0415
+
+    rag = RAG(pg_service_config, embedder=embedder)
+    rag.warm_up()
+    rag.ingest(docs_root / "more" / "extra.jsonl", index="default")
+    with BackgroundServer(create_app(rag, pg_service_config)) as srv:
+        results = _probe_client_input(srv, "default")
+        for body, status, kind in results:
+            assert 400 <= status < 500 and kind != "internal_error", (body, status, kind)
+        with _client(srv, "acme") as c:  # the index is intact and still answers
+            assert c.post("/v1/query", json={"question": QUESTION}).status_code == 200
+
+
+def test_records_with_nul_or_nan_are_skipped_per_line_on_both_backends(pg_service_config, embedder, tmp_path):
+    """A JSONL file holding NUL, NaN, a lone surrogate and a deeply nested line: those lines are skipped
+    with their reason, the good records are ingested, on local and on postgres alike."""
+    from ragbudget.pipeline import RAG  # noqa: PLC0415
+
+    f = tmp_path / "mixed.jsonl"
+    f.write_text("\n".join([
+        '{"id": "good1", "text": "wing lift"}',
+        '{"id": "nul", "text": "a\\u0000b"}',
+        '{"id": "nan", "text": "ok", "score": NaN}',
+        '{"id": "sur", "text": "x \\ud800"}',
+        '{"id": "deep", "text": "ok", "m": ' + "[" * 100000 + "]" * 100000 + "}",
+        '{"id": "good2", "text": "drag at mach two"}']) + "\n", encoding="utf-8")
+    local = Config().with_overrides({"index.dir": str(tmp_path / "idx")})
+    for cfg in (local, pg_service_config):
+        rag = RAG(cfg, embedder=embedder)
+        report = rag.ingest(f, index="mixed")
+        skipped = json.dumps(report.skipped + report.failed)
+        for rid in ("nul", "nan", "sur"):
+            assert f"'{rid}'" in skipped, skipped
+        assert "nested too deeply" in skipped
+        assert report.documents == 2, (cfg.index.backend, report)
+        assert rag.index_info("mixed")["documents"] == 2
+
+
+# 8 (config, batch limits) -------------------------------------------------------------------------
+def test_yaml_backend_postgres_accepts_dsn_from_environment(tmp_path):
+    from ragbudget.config import load_config  # noqa: PLC0415
+
+    f = tmp_path / "pg.yaml"
+    f.write_text("index:\n  backend: postgres\n", encoding="utf-8")
+    cfg = load_config(f, environ={"RAGBUDGET_INDEX__DSN": "postgresql://u@127.0.0.1:1/db"})
+    assert cfg.index.backend == "postgres" and cfg.index.dsn == "postgresql://u@127.0.0.1:1/db"
+    with pytest.raises(ConfigError, match="index.dsn"):  # without the variable: still refused, naming it
+        load_config(f, environ={})
+
+
+def test_batch_lines_obey_max_output_tokens_and_max_history_turns(server):
+    long_history = [{"role": "user", "content": "hi"}] * 5  # the fixture's limit is 4
+    with _client(server, "acme") as c:
+        r = c.post("/v1/batches", content=json.dumps({"id": "a", "question": QUESTION, "max_tokens": 100000}))
+        assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+        r = c.post("/v1/batches", content=json.dumps({"id": "b", "question": QUESTION, "history": long_history}))
+        assert r.status_code == 400 and "history" in r.json()["error"]["message"]

@@ -26,6 +26,7 @@ from bs4 import BeautifulSoup
 from pypdf import PdfReader
 
 from ..errors import IdCollisionError, IngestError, PathRefusedError
+from ..safe_values import unsafe_reason
 from ..types import Document
 from .paths import PathPolicy
 
@@ -69,7 +70,7 @@ def _iter_files(root: Path) -> Iterator[Path]:
 
 def _decode(raw: bytes, where: str, report: LoadReport) -> str | None:
     """UTF-8 text, or lossy text with a note; ``None`` (skipped) for binary content."""
-    if b"\x00" in raw[:8192]:
+    if b"\x00" in raw:  # anywhere: no backend can store a NUL in text (PostgreSQL refuses it)
         report.skip(where, "binary content (NUL bytes)")
         return None
     try:
@@ -141,6 +142,10 @@ def load_file(path: Path, report: LoadReport, policy: PathPolicy | None = None) 
     if not text.strip():
         report.skip(where, "no text after extraction (empty document)")
         return []
+    why = unsafe_reason(text) or unsafe_reason(title)
+    if why:  # e.g. a PDF whose extracted text holds NUL
+        report.skip(where, f"extracted text {why}")
+        return []
     report.files_read += 1
     return [Document(id=where, text=text, metadata={"source": where, "title": title})]
 
@@ -171,6 +176,9 @@ def load_jsonl_bytes(raw: bytes, where: str, report: LoadReport) -> list[Documen
         except json.JSONDecodeError as err:
             report.skip(loc, f"malformed JSON line ({err.msg}, column {err.colno})")
             continue
+        except RecursionError:  # one deeply nested line: that line is skipped, not the ingest
+            report.skip(loc, "JSON nested too deeply")
+            continue
         if not isinstance(rec, dict):
             report.skip(loc, "JSONL record is not an object")
             continue
@@ -182,6 +190,10 @@ def load_jsonl_bytes(raw: bytes, where: str, report: LoadReport) -> list[Documen
         title = str(rec.get("title") or "")
         if not body.strip() and not title.strip():
             report.skip(loc, f"record {rid!r} has empty text")
+            continue
+        why = unsafe_reason(rec)
+        if why:  # NUL, lone surrogates, NaN, Infinity, deep nesting: the same refusal on every backend
+            report.skip(loc, f"record {str(rid)[:100]!r}: a value {why}")
             continue
         extra: dict[str, Any] = {k: v for k, v in rec.items() if k not in ("_id", "id", "title", "text")}
         docs.append(Document(id=str(rid), text=body,

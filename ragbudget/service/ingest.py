@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from ..config import ServiceConfig, TenantConfig
 from ..errors import PathRefusedError
 from ..ingest.paths import PathPolicy
+from ..safe_values import unsafe_reason
 from ..types import Document
 from . import heap
 from .auth import current_tenant, get_state, tenant_index
@@ -68,6 +69,11 @@ async def ingest(body: IngestRequest, request: Request, tenant: TenantConfig = D
     if body.path is not None:
         source = resolve_inside(policy, body.path)
     else:
+        for i, r in enumerate(body.records or []):
+            why = unsafe_reason([r.id, r.title or "", r.text, r.metadata])
+            if why:
+                raise ApiError(400, "IngestError", f"records[{i}] ({r.id[:100]!r}): a value {why}",
+                               "remove NUL characters, unpaired surrogates, NaN and Infinity from the record")
         source = [Document(id=r.id, text=r.text, metadata={**r.metadata, **({"title": r.title} if r.title else {})})
                   for r in body.records or []]
 

@@ -15,6 +15,7 @@ from ..config import TenantConfig
 from ..errors import AdmissionError, QueryError
 from ..index.filters import parse_filters
 from ..pipeline import RAG
+from ..safe_values import unsafe_reason
 from ..types import Answer, FinalEvent, Message, ProgressEvent, Sampling, StreamEvent, TokenEvent
 from .auth import tenant_index
 from .errors import ApiError
@@ -82,6 +83,10 @@ def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history
     require_rag(state)
     if not question.strip():
         raise ApiError(400, "QueryError", "the question is empty", "send a non-empty question")
+    for where, text in [("question", question)] + [(f"history[{i}]", m.content) for i, m in enumerate(history)]:
+        why = unsafe_reason(text)
+        if why:
+            raise ApiError(400, "QueryError", f"{where} {why}", "send plain text without NUL or unpaired surrogates")
     q_tokens = check_question(question, state.config, state.tokenizer)  # the library's limit: 413 naming it
     check_limits(state, history_turns=len(history), max_tokens=max_tokens, mode=mode)
     try:
