@@ -68,6 +68,9 @@ class LimitsConfig(_Section):
     max_output_tokens: int = Field(2048, ge=1)
     max_concurrent: int = Field(16, ge=1)
     max_tool_output_bytes: int = Field(65536, ge=1)
+    # ingest (API, CLI and library): a file over this is skipped with the reason, never read whole
+    max_ingest_file_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    max_embedding_inputs: int = Field(256, ge=1)  # POST /v1/embeddings: strings per request
 
 
 class AdmissionConfig(_Section):

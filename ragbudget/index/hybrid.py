@@ -231,7 +231,8 @@ class HybridIndex:
         ``policy``: what the load may read (the service's document root; links refused)."""
         t0 = time.perf_counter()
         root = str(Path(path).expanduser().absolute() if policy is not None else Path(path).expanduser().resolve())
-        docs, load = load_path(root, policy=policy, ids=self.config.index.record_ids)
+        docs, load = load_path(root, policy=policy, ids=self.config.index.record_ids,
+                               max_bytes=self.config.service.limits.max_ingest_file_bytes)
         if progress:
             progress("load", 1, 1)
         # Files that could not be read this time keep what they had in the index (nothing is lost).

@@ -28,7 +28,7 @@ from pypdf import PdfReader
 from ..errors import IdCollisionError, IngestError, PathRefusedError
 from ..safe_values import unsafe_reason
 from ..types import Document
-from .paths import PathPolicy
+from .paths import PathPolicy, SkipFile, read_bounded
 
 try:  # optional: better guesses for legacy encodings
     from charset_normalizer import from_bytes as _detect
@@ -101,17 +101,24 @@ def _markdown_title(text: str, fallback: str) -> str:
     return m.group(1).strip() if m else fallback
 
 
-def load_file(path: Path, report: LoadReport, policy: PathPolicy | None = None) -> list[Document]:
-    """Documents from one file (several for JSONL); problems go to ``report``."""
+def load_file(path: Path, report: LoadReport, policy: PathPolicy | None = None,
+              max_bytes: int | None = None) -> list[Document]:
+    """Documents from one file (several for JSONL); problems go to ``report``. Regular files only, at most
+    ``max_bytes`` (a FIFO, device or an oversized file is skipped with the reason, never read whole)."""
     where = str(path)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         report.skip(where, f"unsupported file type {suffix or '(none)'}; supported: {sorted(SUPPORTED_SUFFIXES)}")
         return []
     try:
-        raw = policy.open_bytes(path) if policy is not None else path.read_bytes()
+        text_file = suffix not in PDF_SUFFIXES
+        raw = policy.open_bytes(path, max_bytes, text=text_file) if policy is not None else \
+            read_bounded(path, max_bytes, text=text_file)
     except PathRefusedError as err:
         report.fail(where, f"refused ({err.rule})")
+        return []
+    except SkipFile as err:
+        report.skip(where, str(err))
         return []
     except OSError as err:
         report.fail(where, f"unreadable: {err.strerror or err}")
@@ -208,7 +215,8 @@ IdMode = Literal["fail", "namespace"]
 
 
 def load_path(path: str | os.PathLike[str], report: LoadReport | None = None, *,
-              policy: PathPolicy | None = None, ids: IdMode = "fail") -> tuple[list[Document], LoadReport]:
+              policy: PathPolicy | None = None, ids: IdMode = "fail",
+              max_bytes: int | None = None) -> tuple[list[Document], LoadReport]:
     """Every document under ``path`` (a folder, walked recursively, or one file).
 
     ``policy``: refuse links and anything outside its root (checked before reading, and per file).
@@ -221,14 +229,14 @@ def load_path(path: str | os.PathLike[str], report: LoadReport | None = None, *,
     if policy is not None:
         policy.scan(p)
     if p.is_file():
-        return _check_ids(load_file(p, report, policy), p.parent, ids), report
+        return _check_ids(load_file(p, report, policy, max_bytes), p.parent, ids), report
     files = list(_iter_files(p))
     if not files:
         raise IngestError(f"folder is empty: {p}",
                           fix=f"add {', '.join(sorted(SUPPORTED_SUFFIXES))} files to it, or point at another folder")
     docs: list[Document] = []
     for f in files:
-        docs.extend(load_file(f, report, policy))
+        docs.extend(load_file(f, report, policy, max_bytes))
     return _check_ids(docs, p, ids), report
 
 
