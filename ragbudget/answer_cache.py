@@ -47,7 +47,7 @@ class AnswerCache:
 
     def scope(self, loaded: LoadedIndex | None, req: QueryRequest) -> ResponseScope:
         s = req.sampling
-        return ResponseScope(tenant=req.tenant, index_version=loaded.index.version if loaded else "",
+        return ResponseScope(tenant=req.tenant, index_version=loaded.cache_version if loaded else "",
                              temperature=s.temperature, top_p=s.top_p, stop=s.stop, seed=s.seed,
                              filters=filter_fingerprint(req.filters) if req.filters else "",
                              prompt_version=f"{self.config.prompt.version}:{self._prefix_fp(req.mode)}",

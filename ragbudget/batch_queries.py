@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, AsyncContextManager, Callable, Iterable, Protocol
 
 from .errors import AdmissionError, QueryError, RagBudgetError
+from .safe_values import unsafe_reason
 from .types import Answer, Message
 
 Progress = Callable[[int, int], None]  # (finished so far, total)
@@ -72,6 +73,9 @@ def parse_item(obj: Any, where: str) -> BatchItem:
     if not isinstance(q, str) or not q.strip():
         raise QueryError(f"{where}: 'question' must be a non-empty string",
                          fix='give the line a "question" with at least one word')
+    why = unsafe_reason(obj)
+    if why:
+        raise QueryError(f"{where}: a value {why}", fix="send plain text without NUL or unpaired surrogates")
     hist = obj.get("history") or []
     if not isinstance(hist, list) or not all(
             isinstance(h, dict) and h.get("role") in ("user", "assistant", "system")
@@ -100,6 +104,8 @@ def parse_lines(lines: Iterable[str], source: str = "input") -> list[BatchItem]:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise QueryError(f"{source} line {n}: not valid JSON ({err.msg})", fix="one JSON object per line") from None
+        except RecursionError:
+            raise QueryError(f"{source} line {n}: JSON nested too deeply", fix="one flat JSON object per line") from None
         item = parse_item(obj, f"{source} line {n}")
         if item.id in seen:
             raise QueryError(f"{source} line {n}: duplicate id {item.id!r}", fix="ids must be unique")

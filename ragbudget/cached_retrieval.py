@@ -32,7 +32,7 @@ class CachedRetriever:
         k = req.degrade.top_k(self.config.retrieval.top_k)
         n = req.degrade.candidates(k, self.config.rerank.top_n)
         return self.search(self.search_query(req.question, req.history, ledger), loaded, n, timings, ledger,
-                           req.filters)
+                           req.filters, tenant=req.tenant)
 
     def search_query(self, question: str, history: Sequence[Message], ledger: Ledger) -> str:
         """The retrieval query for a follow-up (see :mod:`ragbudget.condense`); the question otherwise."""
@@ -47,15 +47,18 @@ class CachedRetriever:
         return c.query
 
     def search(self, question: str, loaded: LoadedIndex, k: int, timings: Timings, ledger: Ledger,
-               filters: Filters = ()) -> list[Scored]:
+               filters: Filters = (), *, tenant: str = "default") -> list[Scored]:
+        """Keyed by tenant, index identity and content version, settings and filters: an entry made for one
+        tenant or index is never another's."""
         r = self.config.retrieval
-        settings: dict[str, object] = {"mode": r.mode, "k": k, "rrf_k": r.rrf_k, "w": [r.dense_weight, r.sparse_weight]}
+        settings: dict[str, object] = {"mode": r.mode, "k": k, "rrf_k": r.rrf_k, "w": [r.dense_weight, r.sparse_weight],
+                                       "tenant": tenant}
         if filters:
             settings["filters"] = filter_fingerprint(filters)
         rc = self._layers().retrieval
         t0 = time.perf_counter()
         if rc is not None:
-            hit = rc.get(loaded.index.version, settings, question)
+            hit = rc.get(loaded.cache_version, settings, question)
             timings.stages["cache_retrieval"] = (time.perf_counter() - t0) * 1000.0
             if hit is not None:
                 got = loaded.index.get_chunks([cid for cid, _ in hit])
@@ -66,5 +69,5 @@ class CachedRetriever:
         out = loaded.retriever.retrieve(question, k, timings=timings.stages, notes=notes, filters=filters)
         ledger.section("retrieved").notes.extend(notes)
         if rc is not None:
-            rc.set(loaded.index.version, settings, question, [(s.chunk.id, s.score) for s in out])
+            rc.set(loaded.cache_version, settings, question, [(s.chunk.id, s.score) for s in out])
         return out

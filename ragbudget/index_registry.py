@@ -11,6 +11,7 @@ version is served. ``ingest``/``delete`` write under the backend's writer lock a
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from typing import Any, ContextManager, Iterable, Mapping
 
 from .config import Config
 from .embed import Embedder
-from .errors import IngestError
+from .errors import IngestError, QueryError
 from .index import IngestReport, ProgressFn
 from .index.backends import make_backend
 from .index.base import IndexBackend, IndexStore
@@ -31,6 +32,7 @@ from .index.hybrid import wait_notice
 from .ingest.loaders import LoadReport, check_record_ids, load_jsonl_bytes
 from .ingest.paths import PathPolicy
 from .retrieve import HybridRetriever
+from .safe_values import unsafe_reason
 from .trim import split_sentences
 from .types import Chunk, Document
 
@@ -41,6 +43,23 @@ log = logging.getLogger(__name__)
 class LoadedIndex:
     index: IndexStore
     retriever: HybridRetriever
+    identity: str = ""  # which index this is (backend location + name), see :func:`index_identity`
+
+    @property
+    def cache_version(self) -> str:
+        """What caches key entries by: the index's identity and its content version. Two indexes holding the
+        same chunk ids at the same revision (another name, another folder, another database) never share."""
+        return f"{self.identity}@{self.index.version}"
+
+
+def index_identity(config: Config, name: str) -> str:
+    """A stable id for the index ``name`` of this configuration's backend: the local folder (resolved) or a
+    digest of the PostgreSQL DSN and schema (no password in any key)."""
+    ix = config.index
+    if ix.backend == "postgres":
+        where = hashlib.sha256(f"{ix.dsn}|{ix.postgres.schema_name}".encode()).hexdigest()[:16]
+        return f"postgres:{where}:{name}"
+    return f"local:{hashlib.sha256(str(Path(ix.dir).resolve()).encode()).hexdigest()[:16]}:{name}"
 
 
 class IndexRegistry:
@@ -61,7 +80,8 @@ class IndexRegistry:
         self.bulk_threads: int | None = config.embedding.ingest_threads
 
     def _wrap(self, store: IndexStore) -> LoadedIndex:
-        return LoadedIndex(store, HybridRetriever(store, self.config.retrieval, self.embedder, pool=self._pool))
+        return LoadedIndex(store, HybridRetriever(store, self.config.retrieval, self.embedder, pool=self._pool),
+                           index_identity(self.config, store.name))
 
     def get(self, name: str) -> LoadedIndex:
         """The index ``name`` at its latest committed version (opened on first use)."""
@@ -125,6 +145,12 @@ class IndexRegistry:
 
     def delete(self, name: str, *, doc_ids: Iterable[str] = (), sources: Iterable[str] = ()) -> int:
         """Remove documents by id or source from index ``name``; returns the chunks removed."""
+        doc_ids, sources = list(doc_ids), list(sources)
+        for what, values in (("doc_ids", doc_ids), ("sources", sources)):
+            for v in values:
+                why = "is not a string" if not isinstance(v, str) else unsafe_reason(v)
+                if why:
+                    raise QueryError(f"{what}: {v!r} {why}", fix=f"send {what} as plain text strings")
         with self._ingest_lock, self.backend.write_lock(name, self.config.index.lock_timeout_s):
             idx = self.backend.open(name, self.embedder)
             removed = idx.delete(doc_ids=list(doc_ids), sources=list(sources))
@@ -164,6 +190,10 @@ def records_to_documents(source: Iterable[Mapping[str, Any] | Document]) -> tupl
     lines: list[str] = []
     for i, rec in enumerate(source):
         if isinstance(rec, Document):
+            why = unsafe_reason(rec.id) or unsafe_reason(rec.text) or unsafe_reason(dict(rec.metadata))
+            if why:
+                raise IngestError(f"record {i} ({rec.id!r}): a value {why}; nothing was ingested",
+                                  fix="remove NUL characters, unpaired surrogates, NaN and Infinity from the record")
             docs.append(rec)
         elif isinstance(rec, Mapping):
             lines.append(json.dumps(dict(rec), default=str))

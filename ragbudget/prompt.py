@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from pathlib import PurePath
 from typing import Literal, Sequence
@@ -85,10 +86,13 @@ class PrefixMonitor:
         return "unknown"
 
 
+_FENCE_TAG = re.compile(r"<\s*(/?)\s*(documents?)\b([^<>]*)>", re.IGNORECASE)
+
+
 def neutralise(text: str) -> str:
-    """Make document text unable to close or open the documents fence."""
-    return (text.replace("</documents>", "</ documents>").replace("<documents>", "< documents>")
-            .replace("</document>", "</ document>"))
+    """Make document text unable to close or open the documents fence: ``<documents>``, ``</document>`` in
+    any case, with spaces or attributes, become ``< documents>`` / ``</ document>``."""
+    return _FENCE_TAG.sub(lambda m: f"<{m.group(1)} {m.group(2)}{m.group(3)}>", text)
 
 
 def doc_header(n: int, s: Scored) -> str:
@@ -102,6 +106,7 @@ def doc_header(n: int, s: Scored) -> str:
     if not name:
         base = PurePath(s.chunk.source.split("#", 1)[0].replace("\\", "/")).name
         name = "" if PurePath(base).suffix.lower() in RECORD_FILES else base
+    name = neutralise(" ".join(name.split()))  # a title is document data too: one line, no fence tags
     return f"[{n}] {name}" if name else f"[{n}]"
 
 

@@ -209,7 +209,7 @@ def test_batches_run_at_low_priority_and_report(server):
 def test_metrics_expose_the_requests(server):
     with _client(server) as c:
         c.post("/v1/query", json={"question": QUESTION})
-    text = httpx.get(server.url + "/metrics").text
+        text = c.get("/metrics").text  # auth is on: /metrics needs a key too
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     e2e = [s for s in fams["ragbudget_request_duration_ms"].samples if s.name.endswith("_count")]
     assert sum(s.value for s in e2e) >= 1

@@ -108,7 +108,7 @@ def test_served_request_span_parents_admission_and_query_and_metrics(traced):
         r = httpx.post(srv.url + "/v1/query", json={"question": QUESTION + " today", "index": "default"},
                        headers={"authorization": f"Bearer {KEYS['acme']}"}, timeout=60)
         assert r.status_code == 200, r.text
-        metrics = httpx.get(srv.url + "/metrics", timeout=10).text
+        metrics = httpx.get(srv.url + "/metrics", headers={"authorization": f"Bearer {KEYS['acme']}"}, timeout=10).text
     spans = _spans(rag, exporter)
     (req,) = spans["request"]
     assert spans["admission"][0].parent.span_id == req.context.span_id
@@ -128,7 +128,7 @@ def test_stream_is_traced_and_counted(traced):
                           headers={"authorization": f"Bearer {KEYS['acme']}"}, timeout=60) as r:
             body = "".join(r.iter_text())
         assert r.status_code == 200 and "event: final" in body
-        metrics = httpx.get(srv.url + "/metrics", timeout=10).text
+        metrics = httpx.get(srv.url + "/metrics", headers={"authorization": f"Bearer {KEYS['acme']}"}, timeout=10).text
     spans = _spans(rag, exporter)
     (req,) = spans["request"]
     assert spans["query"][0].parent.span_id == req.context.span_id  # across the pipeline's worker thread
@@ -153,7 +153,7 @@ def test_collector_down_drops_and_counts_requests_unaffected(cranfield_rag, serv
             assert r.status_code == 200, r.text
             assert r.json()["answer"]
             rag.tracer.flush(timeout_s=5)
-            metrics = httpx.get(srv.url + "/metrics", timeout=10).text
+            metrics = httpx.get(srv.url + "/metrics", headers={"authorization": f"Bearer {KEYS['acme']}"}, timeout=10).text
     finally:
         rag.tracer.shutdown()
     line = next(x for x in metrics.splitlines() if x.startswith("ragbudget_trace_spans_dropped_total"))

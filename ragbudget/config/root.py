@@ -192,7 +192,12 @@ def load_config(path: str | os.PathLike[str] | None = None,
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: top level must be a mapping of sections",
                               fix="start the file with section names, e.g. 'budget:' (see configs/default.yaml)")
-        base, source = _validate(data, source=str(p)), str(p)
+        if env:  # merge before validating: a file may rely on an override (backend: postgres + RAGBUDGET_INDEX__DSN)
+            cfg = _validate(_deep_merge(data, env), source=f"{p} + RAGBUDGET_* environment")
+        else:
+            cfg = _validate(data, source=str(p))
+        _check_env_names(environ, cfg)
+        return cfg
     cfg = base
     if env:
         # deep-merge into the complete config, so one field's override keeps its section's other values

@@ -68,6 +68,9 @@ class LimitsConfig(_Section):
     max_output_tokens: int = Field(2048, ge=1)
     max_concurrent: int = Field(16, ge=1)
     max_tool_output_bytes: int = Field(65536, ge=1)
+    # ingest (API, CLI and library): a file over this is skipped with the reason, never read whole
+    max_ingest_file_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    max_embedding_inputs: int = Field(256, ge=1)  # POST /v1/embeddings: strings per request
 
 
 class AdmissionConfig(_Section):
@@ -115,7 +118,9 @@ class ServiceConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     workers: int = Field(1, ge=1)
-    auth: bool = False
+    # None (default): on whenever an API key is configured (service.tenants[].api_keys or api_keys_env);
+    # true: keys required at start-up; false: refused at start-up if any key is configured.
+    auth: bool | None = None
     document_root: str = "."
     # ingest refuses symbolic links (403 symlink_refused); true follows links that stay inside the root
     follow_symlinks: bool = False
@@ -126,6 +131,9 @@ class ServiceConfig(_Section):
     # `ragbudget serve` only: after start-up, move the loaded models and indexes out of the cyclic garbage
     # collector's reach (gc.freeze). A full collection over them stalls every request for ~0.4 s.
     gc_freeze: bool = True
+    # /metrics needs a valid key when auth is on (tenant names and per-tenant counts are in it);
+    # true serves it to anyone who can reach the port (e.g. a scraper on a private network).
+    metrics_public: bool = False
     # Without auth every request is the "default" tenant, which may query every index ("*").
     tenants: list[TenantConfig] = [TenantConfig(name="default", indexes=["*"])]
     limits: LimitsConfig = LimitsConfig()

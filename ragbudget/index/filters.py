@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import QueryError
+from ..safe_values import unsafe_reason
 from ..types import Chunk
 
 OPS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "exists")
@@ -46,6 +47,9 @@ def parse_filters(raw: Mapping[str, Any] | None) -> Filters:
         return ()
     if not isinstance(raw, Mapping):
         raise _bad(f"expected an object of field → condition, got {type(raw).__name__}")
+    why = unsafe_reason(dict(raw))
+    if why:  # NUL, lone surrogates, NaN, ±Infinity: no backend can compare them (PostgreSQL: a 500)
+        raise _bad(f"a field or value {why}")
     out: list[Condition] = []
     for key, val in raw.items():
         if not isinstance(key, str) or not key or len(key) > 128:

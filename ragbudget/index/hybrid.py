@@ -32,7 +32,7 @@ from .base import ProgressFn
 from .dense import DenseIndex
 from .filters import Filters, fingerprint, matches
 from .lock import index_write_lock
-from .manifest import FORMAT_VERSION, MANIFEST_FILE, Manifest, content_version
+from .manifest import FORMAT_VERSION, MANIFEST_FILE, Manifest, content_version, next_content_version
 from .names import check_name, default_embedder, ingest_tokenizer, list_indexes
 from .reader import SegmentCache, Version, read_version
 from .report import IngestReport
@@ -231,7 +231,8 @@ class HybridIndex:
         ``policy``: what the load may read (the service's document root; links refused)."""
         t0 = time.perf_counter()
         root = str(Path(path).expanduser().absolute() if policy is not None else Path(path).expanduser().resolve())
-        docs, load = load_path(root, policy=policy, ids=self.config.index.record_ids)
+        docs, load = load_path(root, policy=policy, ids=self.config.index.record_ids,
+                               max_bytes=self.config.service.limits.max_ingest_file_bytes)
         if progress:
             progress("load", 1, 1)
         # Files that could not be read this time keep what they had in the index (nothing is lost).
@@ -310,7 +311,8 @@ class HybridIndex:
         m = self.manifest
         m.revision += 1
         m.n_chunks, m.n_documents = len(self._ids), len(self.store.doc_ids())
-        m.content_version = content_version(self._ids, m.revision)
+        m.content_version = next_content_version(m.content_version or content_version(self._ids), m.revision,
+                                                 remove, ((c.id, c.doc_id, c.metadata) for c in add))
         m.faiss_kind, m.updated_at, m.notes = self.dense.kind, time.time(), list(self.dense.notes)
         m.analyzer = {**self.sparse.analyzer.settings(), "k1": self.sparse.config.k1, "b": self.sparse.config.b}
 

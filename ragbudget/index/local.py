@@ -46,7 +46,7 @@ class _BoundedCache(OrderedDict):  # type: ignore[type-arg]
             self.popitem(last=False)
 
 
-_JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # fullmatch: "$" matches before a final "\n"
 
 
 class LocalJobStore:
@@ -57,7 +57,7 @@ class LocalJobStore:
         self.keep = keep
 
     def _path(self, job_id: str) -> Path:
-        if not _JOB_ID.match(job_id):
+        if not _JOB_ID.fullmatch(job_id):
             raise IndexError_(f"invalid job id {job_id!r}", fix="use the id returned when the job was started")
         return self.folder / f"{job_id}.json"
 

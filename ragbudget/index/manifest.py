@@ -7,7 +7,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from ..errors import IndexError_, IndexMismatchError
 
@@ -25,6 +25,20 @@ def content_version(chunk_ids: Iterable[str], revision: int = 0) -> str:
     for cid in sorted(chunk_ids):
         h.update(cid.encode())
         h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def next_content_version(previous: str, revision: int, removed: Iterable[str],
+                         added: Iterable[tuple[str, str, Mapping[str, Any]]]) -> str:
+    """The version after one committed write: a hash chained from ``previous`` over the revision, the ids
+    removed and each chunk added with its document and metadata (a metadata-only change is a new version,
+    and two indexes with the same ids but other metadata never share one). Costs the write, not the index."""
+    h = hashlib.sha256(f"{previous}\nr{revision}\n".encode())
+    for cid in sorted(removed):
+        h.update(b"-" + cid.encode("utf-8", "surrogatepass") + b"\n")
+    for cid, doc_id, meta in added:
+        body = json.dumps([cid, doc_id, meta], sort_keys=True, default=str, ensure_ascii=True)
+        h.update(b"+" + body.encode() + b"\n")
     return h.hexdigest()[:16]
 
 

@@ -12,11 +12,15 @@ from ..errors import IndexError_
 from ..tokens import Tokenizer
 from .manifest import MANIFEST_FILE
 
-NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # use fullmatch: "$" would let "nl\n" through
+
+
+def valid_name(name: object) -> bool:
+    return isinstance(name, str) and NAME.fullmatch(name) is not None
 
 
 def check_name(name: str) -> None:
-    if not NAME.match(name):
+    if not valid_name(name):
         raise IndexError_(f"invalid index name {name!r}",
                           fix="use letters, digits, '_', '-' or '.', not starting with '.' or '-'")
 
@@ -33,7 +37,7 @@ def list_indexes(index_dir: str | os.PathLike[str]) -> list[str]:
         return []
     # a save's crash leftovers (".NAME.tmp-PID", ".NAME.old") and other dot-folders are never indexes
     return sorted(p.name for p in d.iterdir()
-                  if NAME.match(p.name) and p.is_dir() and (p / MANIFEST_FILE).is_file())
+                  if valid_name(p.name) and p.is_dir() and (p / MANIFEST_FILE).is_file())
 
 
 def ingest_tokenizer(cfg: Config) -> Tokenizer:

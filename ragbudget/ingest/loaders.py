@@ -26,8 +26,9 @@ from bs4 import BeautifulSoup
 from pypdf import PdfReader
 
 from ..errors import IdCollisionError, IngestError, PathRefusedError
+from ..safe_values import unsafe_reason
 from ..types import Document
-from .paths import PathPolicy
+from .paths import PathPolicy, SkipFile, read_bounded
 
 try:  # optional: better guesses for legacy encodings
     from charset_normalizer import from_bytes as _detect
@@ -69,7 +70,7 @@ def _iter_files(root: Path) -> Iterator[Path]:
 
 def _decode(raw: bytes, where: str, report: LoadReport) -> str | None:
     """UTF-8 text, or lossy text with a note; ``None`` (skipped) for binary content."""
-    if b"\x00" in raw[:8192]:
+    if b"\x00" in raw:  # anywhere: no backend can store a NUL in text (PostgreSQL refuses it)
         report.skip(where, "binary content (NUL bytes)")
         return None
     try:
@@ -100,17 +101,24 @@ def _markdown_title(text: str, fallback: str) -> str:
     return m.group(1).strip() if m else fallback
 
 
-def load_file(path: Path, report: LoadReport, policy: PathPolicy | None = None) -> list[Document]:
-    """Documents from one file (several for JSONL); problems go to ``report``."""
+def load_file(path: Path, report: LoadReport, policy: PathPolicy | None = None,
+              max_bytes: int | None = None) -> list[Document]:
+    """Documents from one file (several for JSONL); problems go to ``report``. Regular files only, at most
+    ``max_bytes`` (a FIFO, device or an oversized file is skipped with the reason, never read whole)."""
     where = str(path)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         report.skip(where, f"unsupported file type {suffix or '(none)'}; supported: {sorted(SUPPORTED_SUFFIXES)}")
         return []
     try:
-        raw = policy.open_bytes(path) if policy is not None else path.read_bytes()
+        text_file = suffix not in PDF_SUFFIXES
+        raw = policy.open_bytes(path, max_bytes, text=text_file) if policy is not None else \
+            read_bounded(path, max_bytes, text=text_file)
     except PathRefusedError as err:
         report.fail(where, f"refused ({err.rule})")
+        return []
+    except SkipFile as err:
+        report.skip(where, str(err))
         return []
     except OSError as err:
         report.fail(where, f"unreadable: {err.strerror or err}")
@@ -140,6 +148,10 @@ def load_file(path: Path, report: LoadReport, policy: PathPolicy | None = None) 
         return []
     if not text.strip():
         report.skip(where, "no text after extraction (empty document)")
+        return []
+    why = unsafe_reason(text) or unsafe_reason(title)
+    if why:  # e.g. a PDF whose extracted text holds NUL
+        report.skip(where, f"extracted text {why}")
         return []
     report.files_read += 1
     return [Document(id=where, text=text, metadata={"source": where, "title": title})]
@@ -171,6 +183,9 @@ def load_jsonl_bytes(raw: bytes, where: str, report: LoadReport) -> list[Documen
         except json.JSONDecodeError as err:
             report.skip(loc, f"malformed JSON line ({err.msg}, column {err.colno})")
             continue
+        except RecursionError:  # one deeply nested line: that line is skipped, not the ingest
+            report.skip(loc, "JSON nested too deeply")
+            continue
         if not isinstance(rec, dict):
             report.skip(loc, "JSONL record is not an object")
             continue
@@ -182,6 +197,10 @@ def load_jsonl_bytes(raw: bytes, where: str, report: LoadReport) -> list[Documen
         title = str(rec.get("title") or "")
         if not body.strip() and not title.strip():
             report.skip(loc, f"record {rid!r} has empty text")
+            continue
+        why = unsafe_reason(rec)
+        if why:  # NUL, lone surrogates, NaN, Infinity, deep nesting: the same refusal on every backend
+            report.skip(loc, f"record {str(rid)[:100]!r}: a value {why}")
             continue
         extra: dict[str, Any] = {k: v for k, v in rec.items() if k not in ("_id", "id", "title", "text")}
         docs.append(Document(id=str(rid), text=body,
@@ -196,7 +215,8 @@ IdMode = Literal["fail", "namespace"]
 
 
 def load_path(path: str | os.PathLike[str], report: LoadReport | None = None, *,
-              policy: PathPolicy | None = None, ids: IdMode = "fail") -> tuple[list[Document], LoadReport]:
+              policy: PathPolicy | None = None, ids: IdMode = "fail",
+              max_bytes: int | None = None) -> tuple[list[Document], LoadReport]:
     """Every document under ``path`` (a folder, walked recursively, or one file).
 
     ``policy``: refuse links and anything outside its root (checked before reading, and per file).
@@ -209,14 +229,14 @@ def load_path(path: str | os.PathLike[str], report: LoadReport | None = None, *,
     if policy is not None:
         policy.scan(p)
     if p.is_file():
-        return _check_ids(load_file(p, report, policy), p.parent, ids), report
+        return _check_ids(load_file(p, report, policy, max_bytes), p.parent, ids), report
     files = list(_iter_files(p))
     if not files:
         raise IngestError(f"folder is empty: {p}",
                           fix=f"add {', '.join(sorted(SUPPORTED_SUFFIXES))} files to it, or point at another folder")
     docs: list[Document] = []
     for f in files:
-        docs.extend(load_file(f, report, policy))
+        docs.extend(load_file(f, report, policy, max_bytes))
     return _check_ids(docs, p, ids), report
 
 

@@ -6,7 +6,9 @@ marked done is resumed when the app starts again, skipping the ids already answe
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import re
 import uuid
 from pathlib import Path
@@ -17,14 +19,16 @@ from fastapi.responses import FileResponse
 
 from ..batch_queries import BatchItem, arun_batch, parse_lines, read_batch
 from ..config import TenantConfig
+from ..errors import RagBudgetError
 from .auth import current_tenant, get_state, tenant_index
 from .errors import ApiError
 from .jobs import get_job, start_job
-from .run import require_rag
+from .run import check_limits, require_rag
 from .state import Job, ServiceState
 
+log = logging.getLogger(__name__)
 router = APIRouter()
-JOB_ID = re.compile(r"^batch-[0-9a-f]{16}$")
+JOB_ID = re.compile(r"batch-[0-9a-f]{16}")  # fullmatch: "$" would accept a trailing "\n"
 JSONL_BODY = {"requestBody": {"required": True, "content": {"text/plain": {"schema": {
     "type": "string", "description": 'one JSON object per line: {"id", "question", "mode"?, "index"?}'}}}}}
 
@@ -37,6 +41,18 @@ def _write_meta(d: Path, meta: dict[str, Any]) -> None:
     tmp = d / "meta.json.tmp"
     tmp.write_text(json.dumps(meta), encoding="utf-8")
     tmp.replace(d / "meta.json")
+
+
+def resolve_items(state: ServiceState, tenant: TenantConfig, items: list[BatchItem]) -> list[BatchItem]:
+    """Each line with the index it will be answered from, resolved for ``tenant`` as a single query's is
+    (a line naming no index gets the tenant's default, never the server's)."""
+    out = []
+    for it in items:
+        try:
+            out.append(dataclasses.replace(it, index=tenant_index(state, tenant, it.index)))
+        except ApiError as err:
+            raise ApiError(err.status, err.type, f"query {it.id!r}: {err.message}", err.fix) from None
+    return out
 
 
 def launch(state: ServiceState, tenant: str, job_id: str, items: list[BatchItem]) -> Job:
@@ -71,7 +87,11 @@ def resume_pending(state: ServiceState) -> list[str]:
             continue
         if meta.get("state") == "done" or meta.get("tenant") not in state.tenants:
             continue
-        items = read_batch(meta_path.parent / "in.jsonl")
+        try:
+            items = resolve_items(state, state.tenants[meta["tenant"]], read_batch(meta_path.parent / "in.jsonl"))
+        except (ApiError, RagBudgetError) as err:
+            log.warning("batch %s not resumed: %s", meta.get("id"), err)
+            continue
         launch(state, meta["tenant"], meta["id"], items)
         resumed.append(meta["id"])
     return resumed
@@ -81,7 +101,7 @@ def resume_pending(state: ServiceState) -> list[str]:
              summary="Submit a JSONL batch of queries (low priority, resumable)")
 async def create_batch(request: Request, tenant: TenantConfig = Depends(current_tenant)) -> dict[str, Any]:
     state = get_state(request)
-    rag = require_rag(state)
+    require_rag(state)
     raw = await request.body()
     try:
         text = raw.decode("utf-8")
@@ -94,11 +114,10 @@ async def create_batch(request: Request, tenant: TenantConfig = Depends(current_
     if len(items) > limit:
         raise ApiError(400, "limit_exceeded", f"the batch has {len(items)} queries, over the limit of {limit}",
                        "split it into smaller batches")
-    modes = rag.modes()
-    for it in items:
-        tenant_index(state, tenant, it.index)
-        if it.mode is not None and it.mode not in modes:
-            raise ApiError(400, "unknown_mode", f"query {it.id!r}: unknown mode {it.mode!r}", f"use one of {modes}")
+    for it in items:  # every line passes the limits a single query does
+        check_limits(state, history_turns=len(it.history), max_tokens=it.max_tokens, mode=it.mode,
+                     where=f"query {it.id!r}: ")
+    items = resolve_items(state, tenant, items)
     job_id = f"batch-{uuid.uuid4().hex[:16]}"
     d = _job_dir(state, tenant.name, job_id)
     d.mkdir(parents=True, exist_ok=True)
@@ -120,6 +139,6 @@ async def batch_results(job_id: str, request: Request, tenant: TenantConfig = De
     state = get_state(request)
     get_job(state, "batches", tenant.name, job_id)
     out = _job_dir(state, tenant.name, job_id) / "out.jsonl"
-    if not JOB_ID.match(job_id) or not out.exists():
+    if not JOB_ID.fullmatch(job_id) or not out.exists():
         raise ApiError(404, "not_found", f"batch {job_id!r} has no results yet", "poll its status first")
     return FileResponse(out, media_type="application/x-ndjson")

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from ..config import ServiceConfig, TenantConfig
 from ..errors import PathRefusedError
 from ..ingest.paths import PathPolicy
+from ..safe_values import unsafe_reason
 from ..types import Document
 from . import heap
 from .auth import current_tenant, get_state, tenant_index
@@ -62,15 +63,17 @@ async def ingest(body: IngestRequest, request: Request, tenant: TenantConfig = D
     if (body.path is None) == (body.records is None):
         raise ApiError(400, "IngestError", "send exactly one of 'path' or 'records'",
                        'send {"path": "folder/or/file"} or {"records": [{"id", "text", "title"?}]}, not both')
-    if body.index is not None and body.index not in tenant.indexes and "*" not in tenant.indexes:
-        raise ApiError(404, "IndexNotFoundError", f"no index named {body.index!r} for this tenant",
-                       "ingest into one of your tenant's indexes")
-    index = tenant_index(state, tenant, body.index)
+    index = tenant_index(state, tenant, body.index, must_exist=False)  # an ingest may create it
     source: Any
     policy = tenant_policy(state.config.service, tenant)
     if body.path is not None:
         source = resolve_inside(policy, body.path)
     else:
+        for i, r in enumerate(body.records or []):
+            why = unsafe_reason([r.id, r.title or "", r.text, r.metadata])
+            if why:
+                raise ApiError(400, "IngestError", f"records[{i}] ({r.id[:100]!r}): a value {why}",
+                               "remove NUL characters, unpaired surrogates, NaN and Infinity from the record")
         source = [Document(id=r.id, text=r.text, metadata={**r.metadata, **({"title": r.title} if r.title else {})})
                   for r in body.records or []]
 
@@ -100,12 +103,7 @@ async def delete_documents(body: DeleteRequest, request: Request, tenant: Tenant
     rag = require_rag(state)
     if not body.doc_ids and not body.sources:
         raise ApiError(400, "QueryError", "nothing to delete", 'send {"doc_ids": [...]} and/or {"sources": [...]}')
-    if body.index is not None and body.index not in tenant.indexes and "*" not in tenant.indexes:
-        raise ApiError(404, "IndexNotFoundError", f"no index named {body.index!r} for this tenant",
-                       "delete from one of your tenant's indexes")
     index = tenant_index(state, tenant, body.index)
-    if index not in rag.list_indexes():
-        raise ApiError(404, "IndexNotFoundError", f"no index named {index!r}", "GET /v1/indexes lists them")
     removed = await asyncio.to_thread(rag.delete, doc_ids=body.doc_ids, sources=body.sources, index=index)
     return {"index": index, "chunks_removed": removed,
             "content_version": rag.indexes.get(index).index.version}

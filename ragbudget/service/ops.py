@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
 from ..config import TenantConfig
-from .auth import current_tenant, get_state
+from .auth import authenticate, current_tenant, get_state
 from .errors import error_body
 from .run import require_rag
 
@@ -25,7 +25,11 @@ async def indexes(request: Request, tenant: TenantConfig = Depends(current_tenan
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(request: Request) -> Response:
+    """Needs a valid API key whenever auth is on (tenant names and per-tenant counts are in it), unless
+    ``service.metrics_public`` opts out."""
     state = get_state(request)
+    if state.auth and not state.config.service.metrics_public:
+        authenticate(state, request)
     state.update_load_metrics()
     body, ctype = state.metrics.render()
     return Response(body, media_type=ctype)

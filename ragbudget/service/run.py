@@ -15,6 +15,7 @@ from ..config import TenantConfig
 from ..errors import AdmissionError, QueryError
 from ..index.filters import parse_filters
 from ..pipeline import RAG
+from ..safe_values import unsafe_reason
 from ..types import Answer, FinalEvent, Message, ProgressEvent, Sampling, StreamEvent, TokenEvent
 from .auth import tenant_index
 from .errors import ApiError
@@ -58,33 +59,41 @@ def require_rag(state: ServiceState) -> RAG:
     return state.rag
 
 
+def check_limits(state: ServiceState, *, history_turns: int, max_tokens: int | None, mode: str | None,
+                 where: str = "") -> None:
+    """The per-request limits every way in shares (query, chat, each batch line): 400 naming the limit."""
+    limits = state.config.service.limits
+    modes = require_rag(state).modes()
+    if history_turns > limits.max_history_turns:
+        raise ApiError(400, "limit_exceeded",
+                       f"{where}history has {history_turns} messages, over the limit of {limits.max_history_turns}",
+                       "send fewer past messages")
+    if max_tokens is not None and max_tokens > limits.max_output_tokens:
+        raise ApiError(400, "limit_exceeded",
+                       f"{where}max_tokens={max_tokens} is over the limit of {limits.max_output_tokens}",
+                       f"ask for at most {limits.max_output_tokens}")
+    if mode is not None and mode not in modes:
+        raise ApiError(400, "unknown_mode", f"{where}unknown mode {mode!r}", f"use one of {modes}")
+
+
 def prepare(state: ServiceState, tenant: TenantConfig, *, question: str, history: list[Message],
             mode: str | None, index: str | None, priority: str, max_tokens: int | None,
             filters: dict[str, Any] | None = None, sampling: Sampling | None = None) -> PreparedQuery:
     """Enforce the configured limits before any work (400/404 on refusal)."""
-    rag = require_rag(state)
-    limits = state.config.service.limits
+    require_rag(state)
     if not question.strip():
         raise ApiError(400, "QueryError", "the question is empty", "send a non-empty question")
+    for where, text in [("question", question)] + [(f"history[{i}]", m.content) for i, m in enumerate(history)]:
+        why = unsafe_reason(text)
+        if why:
+            raise ApiError(400, "QueryError", f"{where} {why}", "send plain text without NUL or unpaired surrogates")
     q_tokens = check_question(question, state.config, state.tokenizer)  # the library's limit: 413 naming it
-    if len(history) > limits.max_history_turns:
-        raise ApiError(400, "limit_exceeded",
-                       f"history has {len(history)} messages, over the limit of {limits.max_history_turns}",
-                       "send fewer past messages")
-    if max_tokens is not None and max_tokens > limits.max_output_tokens:
-        raise ApiError(400, "limit_exceeded",
-                       f"max_tokens={max_tokens} is over the limit of {limits.max_output_tokens}",
-                       f"ask for at most {limits.max_output_tokens}")
-    if mode is not None and mode not in rag.modes():
-        raise ApiError(400, "unknown_mode", f"unknown mode {mode!r}", f"use one of {sorted(rag.modes())}")
+    check_limits(state, history_turns=len(history), max_tokens=max_tokens, mode=mode)
     try:
         parse_filters(filters)
     except QueryError as err:
         raise ApiError(400, "invalid_filters", str(err).split("\n  fix:")[0], err.fix or "") from None
     idx = tenant_index(state, tenant, index)
-    if idx not in rag.list_indexes():
-        raise ApiError(404, "IndexNotFoundError", f"no index named {idx!r}",
-                       "ingest documents into it first (POST /v1/ingest)")
     h_tokens = sum(state.tokenizer.count(m.content) for m in history)
     # charge what this request can produce, the response mode's cap (not the API's max); settle after
     mode_cap = state.config.prompt.modes[mode or state.config.prompt.default_mode].max_tokens

@@ -56,6 +56,7 @@ class ServiceState:
     ready: bool = False
     startup_error: str | None = None
     api_keys: dict[str, str] = field(default_factory=dict)
+    auth: bool = False  # on whenever any API key is configured (service.auth unset or true)
     jobs: dict[str, Job] = field(default_factory=dict)
     in_flight: int = 0
     heap_frozen: bool = False  # gc.freeze ran at start-up (``ragbudget serve``); ingest jobs refreeze
@@ -80,7 +81,13 @@ class ServiceState:
         if svc.auth and not keys:
             raise ConfigError("service.auth is on but no API keys are configured",
                               fix=f"set service.tenants[].api_keys or {svc.api_keys_env}")
-        return cls(config=config, rag_factory=rag_factory,
+        if svc.auth is False and keys:  # keys that are never checked: everyone would be the first tenant
+            raise ConfigError(
+                f"service.auth is false but {len(keys)} API key(s) are configured: every caller, with any key or "
+                f"none, would be served as tenant {svc.tenants[0].name!r}",
+                fix=f"remove 'service.auth: false' (auth is on whenever keys exist), or remove the keys "
+                    f"(service.tenants[].api_keys, {svc.api_keys_env})")
+        return cls(config=config, rag_factory=rag_factory, auth=bool(keys),
                    admission=AdmissionController(svc.admission, svc.limits, svc.tenants),
                    metrics=Metrics(), api_keys=keys,
                    tokenizer=Tokenizer(config.tokenizer.encoding,
