@@ -110,7 +110,7 @@ def load_set(name: str, data: Path, work: Path, emb: SentenceTransformerEmbedder
         step = max(1, len(qs) // max(n, 1))
         picked = qs[::step][:n]
         return out / "corpus.jsonl", [{"_id": f"{q['dialog']}-{i}", "text": q["raw"], "answers": q["answers"],
-                                       "history": [(m.role, m.content) for m in q["history"]]}
+                                       "history": [{"role": m.role, "content": m.content} for m in q["history"]]}
                                       for i, q in enumerate(picked)]
     raise SystemExit(f"unknown set {name!r}; choose from {', '.join(SETS)}")
 
@@ -147,7 +147,7 @@ def ask_llamaindex(index: VectorStoreIndex, llm: GeneratorLLM, q: dict) -> dict[
     t0 = time.perf_counter()
     if q.get("history"):
         engine = index.as_chat_engine(chat_mode="condense_plus_context", llm=llm)
-        hist = [ChatMessage(role=MessageRole(r), content=c) for r, c in q["history"]]
+        hist = [ChatMessage(role=MessageRole(m["role"]), content=m["content"]) for m in q["history"]]
         resp: Any = engine.stream_chat(q["text"], chat_history=hist)
         gen = resp.response_gen
     else:
