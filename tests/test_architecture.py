@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "types": 0, "errors": 0, "config": 0,
     # 1 pure kernels
     "tokens": 1, "budget": 1, "fusion": 1, "stats": 1, "text": 1, "breaker": 1, "kv_memory": 1, "degrade": 1, "async_bridge": 1,
+    "safe_values": 1,
     # 2 stores and caches
     "index": 2, "cache": 2, "embed": 2, "embed_microbatch": 2, "ingest": 2, "buckets": 2,
     # 3 stages of a request, and what they report to
