@@ -124,6 +124,7 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
             if job.task is not None and not job.task.done():
                 job.task.cancel()
         await asyncio.gather(*(j.task for j in state.jobs.values() if j.task), return_exceptions=True)
+        state.writer.shutdown(wait=False, cancel_futures=True)
         if state.capture is not None:  # every captured line is on disk before the app is gone
             await asyncio.to_thread(state.capture.close)
 

@@ -23,7 +23,7 @@ from ..errors import RagBudgetError
 from .auth import current_tenant, get_state, tenant_index
 from .errors import ApiError
 from .jobs import get_job, start_job
-from .run import check_limits, require_rag
+from .run import charge_request, check_limits, require_rag
 from .state import Job, ServiceState
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ async def create_batch(request: Request, tenant: TenantConfig = Depends(current_
         check_limits(state, history_turns=len(it.history), max_tokens=it.max_tokens, mode=it.mode,
                      where=f"query {it.id!r}: ")
     items = resolve_items(state, tenant, items)
+    charge_request(state, tenant.name)
     job_id = f"batch-{uuid.uuid4().hex[:16]}"
     d = _job_dir(state, tenant.name, job_id)
     d.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from . import heap
 from .auth import current_tenant, get_state, tenant_index
 from .errors import ApiError
 from .jobs import get_job, start_job
-from .run import require_rag
+from .run import charge_request, require_rag
 from .schemas import DeleteRequest, IngestRequest
 from .state import Job
 
@@ -77,9 +77,11 @@ async def ingest(body: IngestRequest, request: Request, tenant: TenantConfig = D
         source = [Document(id=r.id, text=r.text, metadata={**r.metadata, **({"title": r.title} if r.title else {})})
                   for r in body.records or []]
 
+    charge_request(state, tenant.name)
+
     async def work(job: Job) -> Any:
         job.detail.update({"index": index, "source": str(body.path or f"{len(source)} records")})
-        report = await asyncio.to_thread(rag.ingest, source, index=index, policy=policy)
+        report = await state.run_write(rag.ingest, source, index=index, policy=policy)  # off the query pool
         if state.heap_frozen:  # the old index is unreachable now: free its cycles, freeze the new one
             await asyncio.to_thread(heap.refreeze)
         return report
@@ -104,6 +106,7 @@ async def delete_documents(body: DeleteRequest, request: Request, tenant: Tenant
     if not body.doc_ids and not body.sources:
         raise ApiError(400, "QueryError", "nothing to delete", 'send {"doc_ids": [...]} and/or {"sources": [...]}')
     index = tenant_index(state, tenant, body.index)
-    removed = await asyncio.to_thread(rag.delete, doc_ids=body.doc_ids, sources=body.sources, index=index)
+    charge_request(state, tenant.name)
+    removed = await state.run_write(rag.delete, doc_ids=body.doc_ids, sources=body.sources, index=index)
     return {"index": index, "chunks_removed": removed,
             "content_version": rag.indexes.get(index).index.version}

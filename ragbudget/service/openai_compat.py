@@ -24,7 +24,8 @@ from ..config import TenantConfig
 from ..errors import RagBudgetError
 from ..types import Answer, FinalEvent, TokenEvent
 from .auth import current_tenant, get_state, visible_indexes
-from .errors import error_body, rag_error_payload
+from ..safe_values import unsafe_reason
+from .errors import ApiError, error_body, rag_error_payload
 from .query import SSE_SEND_TIMEOUT_S
 from .run import answer_once, answer_stream_chunks, precheck, prepare, require_rag, sse_bytes
 from .schemas import ChatCompletionRequest, EmbeddingRequest
@@ -57,7 +58,19 @@ async def embeddings(body: EmbeddingRequest, request: Request,
     rag = require_rag(state)
     model_id = oai.embedding_model_id(state.config.embedding.model)
     texts = oai.embedding_inputs(body.model_dump(exclude_unset=True), model_id)
-    vectors = await asyncio.to_thread(rag.embedder.embed, texts)
+    limit = state.config.service.limits.max_embedding_inputs
+    if len(texts) > limit:
+        raise ApiError(400, "limit_exceeded", f"input has {len(texts)} strings, over the limit of {limit}",
+                       "send fewer strings per request (service.limits.max_embedding_inputs)")
+    for i, t in enumerate(texts):
+        why = unsafe_reason(t)
+        if why:
+            raise ApiError(400, "invalid_request_error", f"input[{i}] {why}", "send plain text")
+    est = sum(state.tokenizer.count(t) for t in texts)
+    # the same admission as a query: the tenant's request and token buckets, a concurrency slot, the queue
+    async with state.admission.admit(tenant.name, priority="interactive", est_tokens=est) as ticket:
+        state.metrics.observe_admission(tenant.name, "interactive", ticket.decision, ticket.queue_wait_ms)
+        vectors = await asyncio.to_thread(rag.embedder.embed, texts)
     return oai.embeddings_response(vectors, texts, model_id, state.tokenizer.count,
                                    body.encoding_format or "float", body.dimensions)
 
@@ -77,7 +90,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                  filters=body.filters, sampling=oai.sampling_from(fields))
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
     if not body.stream:
-        answer, extras = await answer_once(state, pq)
+        answer, extras = await answer_once(state, pq, request)
         return {"id": cid, "object": "chat.completion", "created": created, "model": body.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.answer},
                              "finish_reason": finish_reason(answer), "logprobs": None}],

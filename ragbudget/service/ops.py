@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -35,9 +36,25 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type=ctype)
 
 
-@router.get("/healthz", summary="Liveness")
-async def healthz() -> dict[str, str]:
+HEALTH_POOL_TIMEOUT_S = 2.0  # the worker pool must start a no-op within this, or /healthz answers 503
+
+
+@router.get("/healthz", summary="Liveness: the event loop and the worker thread pool both make progress")
+async def healthz() -> Any:
+    """503 ``stalled`` when the thread pool that queries and embeddings run on cannot start a no-op within
+    ``HEALTH_POOL_TIMEOUT_S`` (every thread busy or blocked): the process is up but serves nothing."""
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(loop.run_in_executor(None, _noop), HEALTH_POOL_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return JSONResponse(error_body("stalled", f"the worker thread pool started nothing in {HEALTH_POOL_TIMEOUT_S:g} s",
+                                       "every worker thread is busy or blocked; see the logs, restart if it persists"),
+                            status_code=503, headers={"Retry-After": "5"})
     return {"status": "ok"}
+
+
+def _noop() -> None:
+    return None
 
 
 @router.get("/readyz", summary="Readiness: models loaded, indexes listed")

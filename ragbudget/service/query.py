@@ -34,7 +34,7 @@ async def query(body: QueryRequest, request: Request, tenant: TenantConfig = Dep
                  history=[Message(m.role, m.content) for m in body.history], mode=body.mode, index=body.index,
                  priority=body.priority, max_tokens=body.max_tokens, filters=body.filters)
     if not body.stream:
-        answer, extras = await answer_once(state, pq)
+        answer, extras = await answer_once(state, pq, request)
         return {**answer.to_dict(), **extras}
     # Fail fast with a real 429 status before the stream starts when the request cannot be admitted now.
     precheck(state, pq)

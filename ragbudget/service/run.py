@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, TypeVar
+
+from fastapi import Request
 
 from sse_starlette.event import ServerSentEvent
 
@@ -20,6 +23,8 @@ from ..types import Answer, FinalEvent, Message, ProgressEvent, Sampling, Stream
 from .auth import tenant_index
 from .errors import ApiError
 from .state import ServiceState
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -57,6 +62,17 @@ def require_rag(state: ServiceState) -> RAG:
         raise ApiError(503, "not_ready", state.startup_error or "the service is still loading its models",
                        "retry when GET /readyz answers 200", headers={"Retry-After": "2"})
     return state.rag
+
+
+def charge_request(state: ServiceState, tenant: str, est_tokens: int = 1) -> None:
+    """Work that holds no query slot (an ingest, a delete, a batch submission) still takes one request from
+    the tenant's bucket: 429 with Retry-After when the tenant is over its rate."""
+    if state.config.service.admission.enabled:
+        try:
+            state.admission.check_rate(tenant, est_tokens)
+        except AdmissionError:
+            state.metrics.observe_admission(tenant, "batch", "rejected_rate")
+            raise
 
 
 def check_limits(state: ServiceState, *, history_turns: int, max_tokens: int | None, mode: str | None,
@@ -174,13 +190,61 @@ def precheck(state: ServiceState, pq: PreparedQuery) -> None:
     pq.checked = True
 
 
-async def answer_once(state: ServiceState, pq: PreparedQuery) -> tuple[Answer, dict[str, Any]]:
-    """Admit, answer (non-streaming), record metrics."""
+DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
+
+
+async def _final_answer(rag: RAG, pq: PreparedQuery, level: int) -> Answer:
+    """The answer through the pipeline's cancellable stream: cancelling the awaiting task closes the stream,
+    which stops generation between tokens (``rag.aquery`` would keep its worker thread generating)."""
+    final = None
+    async with contextlib.aclosing(rag.astream_chunks(pq.question, escalate=True, **pq.kwargs(level))) as chunks:
+        async for chunk in chunks:
+            for ev in chunk:
+                if isinstance(ev, FinalEvent):
+                    final = ev.answer
+    if final is None:  # pragma: no cover - the pipeline always ends with a FinalEvent
+        raise RuntimeError("the pipeline ended without an answer")
+    return final
+
+
+async def _until_disconnected(request: Request) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(DISCONNECT_POLL_S)
+
+
+async def cancel_if_abandoned(work: Awaitable[T], request: Request | None) -> T:
+    """``await work``, unless the client disconnects first: then the work is cancelled (its admission slot
+    is given back, generation stops) and the request ends as 499 ``client_closed_request``."""
+    task = asyncio.ensure_future(work)
+    if request is None:
+        return await task
+    watch = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        watch.cancel()
+    if task.cancelled():
+        raise ApiError(499, "client_closed_request", "the client closed the connection before the answer",
+                       "keep the connection open, or use stream=true")
+    return task.result()
+
+
+async def answer_once(state: ServiceState, pq: PreparedQuery, request: Request | None = None
+                      ) -> tuple[Answer, dict[str, Any]]:
+    """Admit, answer (non-streaming), record metrics. With ``request``: a client that disconnects stops
+    its generation and frees its slot at once."""
     rag = require_rag(state)
     arrival, t0 = pq.arrival, pq.started  # TTFT counts from arrival: admission queue included
-    with rag.tracer.request("request", **{"ragbudget.tenant": pq.tenant, "ragbudget.stream": False}):
+
+    async def work() -> tuple[Answer, int, float]:
         async with admitted(state, pq) as (level, wait_ms):
-            answer = await rag.aquery(pq.question, **pq.kwargs(level))
+            return await _final_answer(rag, pq, level), level, wait_ms
+
+    with rag.tracer.request("request", **{"ragbudget.tenant": pq.tenant, "ragbudget.stream": False}):
+        answer, level, wait_ms = await cancel_if_abandoned(work(), request)
     state.admission.settle(pq.tenant, charged=pq.est_tokens, actual=pq.actual_tokens(answer))
     # the ladder sees what the client saw (queue wait included); the pipeline records the answer in Metrics
     ttft_ms = (time.perf_counter() - t0) * 1000

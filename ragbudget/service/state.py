@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -61,6 +63,15 @@ class ServiceState:
     in_flight: int = 0
     heap_frozen: bool = False  # gc.freeze ran at start-up (``ragbudget serve``); ingest jobs refreeze
     capture: TrafficCapture | None = None  # service.capture: opened at start-up, closed at shutdown
+    # Index writes (ingest jobs, deletes) run here, not on the event loop's default pool that queries and
+    # embeddings use: a write waiting up to index.lock_timeout_s for another writer's lock holds this
+    # thread, never one a query needs.
+    writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="ragbudget-writer"))
+
+    async def run_write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on the writer thread (see ``writer``)."""
+        return await asyncio.get_running_loop().run_in_executor(self.writer, functools.partial(fn, *args, **kwargs))
 
     @property
     def tenants(self) -> dict[str, TenantConfig]:
