@@ -144,7 +144,8 @@ def test_after_a_window_refit_ledger_context_and_citations_describe_what_was_sen
     for s in a.context:  # every chunk the answer says it used was in the prompt the model saw
         assert s.chunk.text.split(".")[0][:40] in sent.text
     rs = a.ledger.sections["retrieved"]
-    assert rs.used < 300 and rs.used < sent.total_tokens <= 600 - 128  # the refit's numbers, not the first's
+    # the refit's numbers, not the first's (a small window now gives the context what empty history would not use)
+    assert rs.used < sent.total_tokens <= 600 - 128
     assert a.ledger.route["prompt_tokens_counted"] == sent.total_tokens
     assert [c.chunk_id for c in a.citations] == [a.context[0].chunk.id]
     r.close()
