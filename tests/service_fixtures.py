@@ -7,12 +7,16 @@ with two tenants. Import the fixtures into a test module::
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ragbudget.config import Config, TenantConfig
 from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.llm.base import BaseGenerator
 from ragbudget.pipeline import RAG
 
 N_DOCS = 50
@@ -63,3 +67,39 @@ def cranfield_rag(service_config: Config, docs_root: Path, embedder: SentenceTra
     rag.warm_up()
     rag.ingest(docs_root / "cranfield50.jsonl", index="default")
     return rag
+
+
+def wait_job(c: httpx.Client, url: str, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = c.get(url).json()
+        if st["state"] in ("done", "failed"):
+            return st
+        time.sleep(0.1)
+    raise AssertionError(f"job {url} did not finish")
+
+
+class SlowGenerator(BaseGenerator):
+    """A scripted generator (the true seam): one word every 20 ms, counting what it produced."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        super().__init__("slow")
+        self.produced = 0
+        self.requested = 0
+        self.running = threading.Event()
+        self.finished = threading.Event()
+
+    def _pieces(self, prompt, state, *, max_tokens, temperature, stop, context):
+        self.produced, self.requested = 0, max_tokens
+        self.finished.clear()
+        self.running.set()
+        try:
+            for i in range(max_tokens):
+                time.sleep(0.02)
+                self.produced += 1
+                yield f"w{i} "
+        finally:
+            self.running.clear()
+            self.finished.set()

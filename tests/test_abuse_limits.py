@@ -7,8 +7,10 @@ import time
 
 import httpx
 import pytest
+from service_fixtures import SlowGenerator
 from test_tenant_safety import QUESTION, _client, server  # noqa: F401  (module fixture)
 
+from ragbudget.pipeline import RAG
 from ragbudget.service.app import BackgroundServer, create_app
 
 
@@ -80,37 +82,9 @@ def test_healthz_reports_a_stalled_worker_pool():
 
 @pytest.fixture(scope="module")
 def slow_server(cranfield_rag, service_config):
-    import threading  # noqa: PLC0415
-
-    from ragbudget.llm.base import BaseGenerator  # noqa: PLC0415
-    from ragbudget.pipeline import RAG  # noqa: PLC0415
-
-    class Slow(BaseGenerator):
-        """A scripted generator (the true seam): one word every 20 ms, counting what it produced."""
-
-        name = "scripted"
-
-        def __init__(self) -> None:
-            super().__init__("slow")
-            self.produced = self.requested = 0
-            self.running, self.finished = threading.Event(), threading.Event()
-
-        def _pieces(self, prompt, state, *, max_tokens, temperature, stop, context):
-            self.produced, self.requested = 0, max_tokens
-            self.finished.clear()
-            self.running.set()
-            try:
-                for i in range(max_tokens):
-                    time.sleep(0.02)
-                    self.produced += 1
-                    yield f"w{i} "
-            finally:
-                self.running.clear()
-                self.finished.set()
-
     cfg = service_config.with_overrides({"llm.tiers": [{"name": "slow", "backend": "scripted", "model": "slow"}],
                                          "cache.response": False, "service.limits.max_concurrent": 1})
-    gen = Slow()
+    gen = SlowGenerator()
     rag = RAG(cfg, generators={"slow": gen}, embedder=cranfield_rag.embedder)
     with BackgroundServer(create_app(rag, cfg)) as srv:
         yield srv, gen

@@ -11,10 +11,9 @@ from typing import Any, Iterator
 import httpx
 import openai
 import pytest
-from service_fixtures import KEYS
+from service_fixtures import KEYS, SlowGenerator, wait_job
 from prometheus_client.parser import text_string_to_metric_families
 
-from ragbudget.llm.base import BaseGenerator
 from ragbudget.pipeline import RAG
 from ragbudget.service.app import BackgroundServer, create_app
 
@@ -44,16 +43,6 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
             event = line[6:].strip()
         elif line.startswith("data:"):
             data.append(line[5:].lstrip())
-
-
-def _wait_job(c: httpx.Client, url: str, timeout_s: float = 60) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        st = c.get(url).json()
-        if st["state"] in ("done", "failed"):
-            return st
-        time.sleep(0.1)
-    raise AssertionError(f"job {url} did not finish")
 
 
 def test_health_ready_and_indexes(server):
@@ -183,7 +172,7 @@ def test_ingest_refuses_traversal_then_ingests_inside_root(server, docs_root):  
         assert r.status_code == 404  # not acme's index
         r = c.post("/v1/ingest", json={"path": "more/extra.jsonl", "index": "acme-extra"})
         assert r.status_code == 202, r.text
-        st = _wait_job(c, r.json()["status_url"])
+        st = wait_job(c, r.json()["status_url"])
         assert st["state"] == "done", st
         r = c.post("/v1/query", json={"question": "flow", "index": "acme-extra"})
         assert r.status_code == 200 and r.json()["index"] == "acme-extra"
@@ -200,7 +189,7 @@ def test_batches_run_at_low_priority_and_report(server):
         assert bad.status_code == 400 and "duplicate" in bad.json()["error"]["message"]
         r = c.post("/v1/batches", content=lines.encode(), headers={"content-type": "application/x-ndjson"})
         assert r.status_code == 202, r.text
-        st = _wait_job(c, r.json()["status_url"])
+        st = wait_job(c, r.json()["status_url"])
         assert st["state"] == "done" and st["detail"]["answered"] == 3
         out = [json.loads(x) for x in c.get(r.json()["status_url"] + "/results").text.splitlines()]
     assert sorted(o["id"] for o in out) == ["q0", "q1", "q2"] and all(o["ok"] for o in out)
@@ -221,32 +210,6 @@ def test_metrics_expose_the_requests(server):
 
 
 # ------------------------------------------------------------------ slow generation: disconnects, queueing
-
-class SlowGenerator(BaseGenerator):
-    """A scripted generator (the true seam): one word every 20 ms, counting what it produced."""
-
-    name = "scripted"
-
-    def __init__(self) -> None:
-        super().__init__("slow")
-        self.produced = 0
-        self.requested = 0
-        self.running = threading.Event()
-        self.finished = threading.Event()
-
-    def _pieces(self, prompt, state, *, max_tokens, temperature, stop, context):
-        self.produced, self.requested = 0, max_tokens
-        self.finished.clear()
-        self.running.set()
-        try:
-            for i in range(max_tokens):
-                time.sleep(0.02)
-                self.produced += 1
-                yield f"w{i} "
-        finally:
-            self.running.clear()
-            self.finished.set()
-
 
 @pytest.fixture(scope="module")
 def slow(cranfield_rag, service_config):  # noqa: F811

@@ -4,13 +4,12 @@ what it guards; a real uvicorn server on loopback over the real RAG (50 Cranfiel
 from __future__ import annotations
 
 import json
-import time
 from typing import Iterator
 
 import httpx
 import pytest
 from pg_fixture import pg_server, pg_test_config  # noqa: F401  (pytest fixture)
-from service_fixtures import KEYS
+from service_fixtures import KEYS, wait_job
 
 from ragbudget.config import Config, TenantConfig
 from ragbudget.errors import ConfigError
@@ -27,16 +26,6 @@ def server(cranfield_rag, service_config) -> Iterator[BackgroundServer]:
 
 def _client(server: BackgroundServer, tenant: str = "acme") -> httpx.Client:
     return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEYS[tenant]}"}, timeout=60)
-
-
-def _wait_job(c: httpx.Client, url: str, timeout_s: float = 60) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        st = c.get(url).json()
-        if st["state"] in ("done", "failed"):
-            return st
-        time.sleep(0.1)
-    raise AssertionError(f"job {url} did not finish")
 
 
 # 1 ------------------------------------------------------------------------------------------------
@@ -60,7 +49,7 @@ def test_batch_line_without_index_is_answered_from_the_callers_index(server):
     with _client(server, "acme") as c:
         r = c.post("/v1/batches", content=json.dumps({"id": "q1", "question": QUESTION}))
         assert r.status_code == 202, r.text
-        st = _wait_job(c, r.json()["status_url"])
+        st = wait_job(c, r.json()["status_url"])
         assert st["state"] == "done" and st["detail"]["answered"] == 1
         out = [json.loads(x) for x in c.get(r.json()["status_url"] + "/results").text.splitlines()]
     assert out[0]["ok"] and out[0]["citations"]
