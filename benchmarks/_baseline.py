@@ -25,18 +25,18 @@ from llama_index.core.node_parser import SentenceSplitter
 from pydantic import PrivateAttr
 
 import _common  # noqa: F401 - puts the checkout first on sys.path
-from ragbudget.embed import Embedder
+from ragbudget.embed.encoder import Embedder
 from ragbudget.errors import IngestError
 from ragbudget.eval.answers import contains_answer, load_questions
 from ragbudget.eval.ranking import dedupe, ndcg_at_k, percentile
 from ragbudget.eval.retrieval import load_beir
-from ragbudget.tokens import Tokenizer, ensure_offline_cache
+from ragbudget.kernels.tokens import Tokenizer, ensure_offline_cache
 
 SEP = "\n\n"
 
 
 class RagbudgetEmbedding(BaseEmbedding):
-    """A ragbudget :class:`~ragbudget.embed.Embedder` (e.g. the bundled MiniLM) as a llama-index embedding."""
+    """A ragbudget :class:`~ragbudget.embed.encoder.Embedder` (e.g. the bundled MiniLM) as a llama-index embedding."""
 
     _inner: Any = PrivateAttr()
     _fresh: bool = PrivateAttr(default=False)

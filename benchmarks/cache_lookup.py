@@ -19,7 +19,7 @@ import _common  # noqa: F401 - first: puts the checkout on sys.path
 from ragbudget.cache import (ExactResponseCache, KVBackend, MemoryBackend, RedisBackend, ResponseScope,
                              RetrievalCache, SemanticResponseCache, SQLiteBackend)
 from ragbudget.config import EmbeddingConfig, SemanticCacheConfig
-from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.embed.encoder import SentenceTransformerEmbedder
 
 QUESTIONS = [f"How do I configure feature number {i} for my account?" for i in range(200)]
 

@@ -31,9 +31,9 @@ LIBRARY = r'''
 import sys, time, tempfile, json
 sys.path.insert(0, sys.argv[1])
 from ragbudget.config import Config
-from ragbudget.index.hybrid import default_embedder
+from ragbudget.index.local.hybrid import default_embedder
 try:
-    from ragbudget.index_registry import IndexRegistry
+    from ragbudget.retrieval.registry import IndexRegistry
 except ImportError:  # code from before the issue-14 renames
     from ragbudget.indexes import IndexRegistry
 d = tempfile.mkdtemp()

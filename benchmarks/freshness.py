@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from ragbudget.config import load_config  # noqa: E402
 from ragbudget.pipeline import RAG  # noqa: E402
-from ragbudget.stats import percentile  # noqa: E402
+from ragbudget.kernels.stats import percentile  # noqa: E402
 
 
 def free_port() -> int:
@@ -72,7 +72,7 @@ def main() -> None:
     conf: dict = {"index": {"dir": str(work / "indexes"), "name": "default"}}
     server = None
     if args.backend == "postgres":
-        from ragbudget.index.pg_embedded import EmbeddedPostgres
+        from ragbudget.index.postgres.embedded import EmbeddedPostgres
         server = EmbeddedPostgres(work / "pg", database="fresh")
         conf["index"].update(backend="postgres", dsn=server.start())
     cfg_path = work / "ragbudget.yaml"

@@ -23,13 +23,13 @@ from pathlib import Path
 
 from _baseline import build_baseline, eval_answers, read_corpus  # also puts the checkout on sys.path
 from ragbudget.config import Config, load_config
-from ragbudget.embed import EmbeddingCache, SentenceTransformerEmbedder
+from ragbudget.embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
 from ragbudget.eval.answers import evaluate_answers, load_questions
 from ragbudget.eval.followups import followup_set
 from ragbudget.eval.history_eval import load_canard
 from ragbudget.eval.longdocs import build_long_documents
-from ragbudget.rerank import make_reranker
-from ragbudget.tokens import Tokenizer
+from ragbudget.retrieval.rerank import make_reranker
+from ragbudget.kernels.tokens import Tokenizer
 
 BUDGETS = (100, 250, 500, 1000, 2000, 4000)
 TOP_KS = (1, 2, 3, 5, 10)

@@ -32,8 +32,8 @@ from ragbudget.eval.latency import HANDLER_QS, HARD_TEMPLATES
 from ragbudget.llm import ExtractiveGenerator, Generator, LlamaCppGenerator, OpenAIGenerator, make_prompt
 from ragbudget.llm.gguf_writer import GGUFSpec, write_random_gguf
 from ragbudget.route import Router
-from ragbudget.stats import percentile
-from ragbudget.tokens import Tokenizer
+from ragbudget.kernels.stats import percentile
+from ragbudget.kernels.tokens import Tokenizer
 from ragbudget.types import Chunk, Prompt, Scored
 
 SQUAD = EVAL_DATA / "squad2"

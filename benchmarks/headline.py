@@ -35,7 +35,7 @@ from typing import Any
 from _common import EVAL_DATA, ROOT, data_dir  # first: puts the checkout on sys.path
 from _baseline import build_baseline, eval_answers, eval_retrieval, read_corpus
 from ragbudget.config import Config, load_config
-from ragbudget.embed import EmbeddingCache, SentenceTransformerEmbedder
+from ragbudget.embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
 from ragbudget.eval.answers import contains_answer, load_questions
 from ragbudget.eval.ranking import dedupe, ndcg_at_k, percentile
 from ragbudget.eval.replay import LibraryTarget, replay
@@ -44,7 +44,7 @@ from ragbudget.eval.traffic import generate
 from ragbudget.llm import LlamaCppGenerator, make_prompt
 from ragbudget.llm.gguf_writer import GGUFSpec, write_random_gguf
 from ragbudget.pipeline import RAG
-from ragbudget.tokens import Tokenizer
+from ragbudget.kernels.tokens import Tokenizer
 
 N_CTX = 16384  # the GGUF's byte-level vocabulary spends ~4 tokens per tiktoken token
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"

@@ -30,7 +30,7 @@ import httpx
 from _common import EVAL_DATA, ROOT, data_dir  # first: puts the checkout on sys.path
 from ragbudget.config import Config, dump_config
 from ragbudget.pipeline import RAG
-from ragbudget.stats import percentile
+from ragbudget.kernels.stats import percentile
 
 DATA = EVAL_DATA / "cranfield"
 # A fresh server answers its first ~100-200 requests up to 2x slower (allocator, lazy imports, caches);

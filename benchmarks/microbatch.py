@@ -1,4 +1,4 @@
-"""Query-embedding latency under concurrency, unbatched vs :class:`~ragbudget.embed_microbatch.MicroBatcher`.
+"""Query-embedding latency under concurrency, unbatched vs :class:`~ragbudget.embed.microbatch.MicroBatcher`.
 
     .venv/bin/python benchmarks/microbatch.py --requests 64 --concurrency 1 4 8 16 --wait 0 2 5 --rounds 3
 
@@ -20,9 +20,9 @@ from typing import Any, Callable, Sequence
 
 from _common import EVAL_DATA, data_dir  # first: puts the checkout on sys.path
 from ragbudget.config import EmbeddingConfig
-from ragbudget.embed import SentenceTransformerEmbedder
-from ragbudget.embed_microbatch import MicroBatcher
-from ragbudget.stats import percentile
+from ragbudget.embed.encoder import SentenceTransformerEmbedder
+from ragbudget.embed.microbatch import MicroBatcher
+from ragbudget.kernels.stats import percentile
 
 
 def questions(limit: int, data: Path = EVAL_DATA) -> list[str]:

@@ -28,7 +28,7 @@ from _common import data_dir  # first: puts the checkout on sys.path
 from ragbudget.config import Config
 from ragbudget.eval.traffic import load_questions
 from ragbudget.pipeline import RAG
-from ragbudget.stats import percentile
+from ragbudget.kernels.stats import percentile
 
 
 def _pcts(values: list[float]) -> dict[str, float]:

@@ -40,7 +40,7 @@ from _li_llm import GeneratorLLM
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from ragbudget.config import Config
-from ragbudget.embed import EmbeddingCache, SentenceTransformerEmbedder
+from ragbudget.embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
 from ragbudget.eval.answers import contains_answer, load_questions
 from ragbudget.eval.followups import followup_set
 from ragbudget.eval.history_eval import load_canard

@@ -20,11 +20,11 @@ import numpy as np
 
 from _common import data_dir  # first: puts the checkout on sys.path
 from ragbudget.config import load_config
-from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.embed.encoder import SentenceTransformerEmbedder
 from ragbudget.eval.retrieval import evaluate, load_beir
 from ragbudget.index import HybridIndex, default_embedder
-from ragbudget.retrieve import HybridRetriever
-from ragbudget.stats import percentile
+from ragbudget.retrieval.search import HybridRetriever
+from ragbudget.kernels.stats import percentile
 
 MODES = ("bm25", "dense", "hybrid")
 

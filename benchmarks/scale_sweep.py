@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from ragbudget.config import Config  # noqa: E402
 from ragbudget.eval.ranking import dedupe, ndcg_at_k  # noqa: E402
-from ragbudget.stats import percentile  # noqa: E402
+from ragbudget.kernels.stats import percentile  # noqa: E402
 from ragbudget.types import Document  # noqa: E402
 
 EVAL = REPO.parent / "shared" / "data" / "eval"
@@ -87,7 +87,7 @@ def corpus(n: int) -> list[Document]:
 
 
 def start_server(folder: str):
-    from ragbudget.index.pg_embedded import EmbeddedPostgres
+    from ragbudget.index.postgres.embedded import EmbeddedPostgres
     server = EmbeddedPostgres(folder, database="sweep")
     server.start()
     return server
@@ -243,7 +243,7 @@ def ndcg(folder: str, per_terms: list[int]) -> dict:
     ``per_terms``, postgres at each ``index.postgres.sparse_postings_per_term`` (impact-ordered truncation; the
     sets are small, so low values stand in for the ratio of 2000 postings to a large corpus)."""
     from ragbudget.eval.retrieval import load_beir
-    from ragbudget.index.postgres import PostgresBackend
+    from ragbudget.index.postgres.backend import PostgresBackend
     from ragbudget.index.sparse import SparseIndex
     emb = ClusteredEmbedder()
     server = start_server(os.path.join(folder, "pgndcg"))

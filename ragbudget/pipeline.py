@@ -6,13 +6,13 @@
     → retrieval (condense, retrieval cache, hybrid retrieve) → context (rerank, budget, trim, history,
     prompt) → route + generate (stream) → store in caches → metrics + ledger on the Answer
 
-Each arrow is one stage object — :class:`~ragbudget.request.QueryRequest`,
-:class:`~ragbudget.route.Router` (handlers and tiers), :class:`~ragbudget.answer_cache.AnswerCache`,
-:class:`~ragbudget.cached_retrieval.CachedRetriever`, :class:`~ragbudget.context.ContextStage`,
-:class:`~ragbudget.generation.GenerationStage` — and :meth:`RAG._stream` calls them in this order.
+Each arrow is one stage object — :class:`~ragbudget.stages.request.QueryRequest`,
+:class:`~ragbudget.route.Router` (handlers and tiers), :class:`~ragbudget.stages.answer_cache.AnswerCache`,
+:class:`~ragbudget.stages.retrieval.CachedRetriever`, :class:`~ragbudget.stages.context.ContextStage`,
+:class:`~ragbudget.stages.generation.GenerationStage` — and :meth:`RAG._stream` calls them in this order.
 ``stream`` is the primitive: it yields :class:`ProgressEvent`, :class:`TokenEvent` and one
 :class:`FinalEvent`. ``query`` consumes it; the async twins run it in a worker thread
-(:mod:`ragbudget.async_bridge`) and cancel the generation when the consumer goes away.
+(:mod:`ragbudget.kernels.async_bridge`) and cancel the generation when the consumer goes away.
 """
 
 from __future__ import annotations
@@ -28,31 +28,31 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from .accounting import cite
-from .answer_cache import AnswerCache
-from .async_bridge import iterate_in_thread
+from .stages.accounting import cite
+from .stages.answer_cache import AnswerCache
+from .kernels.async_bridge import iterate_in_thread
 from .cache import CacheLayers
-from .cached_retrieval import CachedRetriever, Complete
+from .stages.retrieval import CachedRetriever, Complete
 from .config import Config, TierConfig, load_config
-from .context import BuiltContext, ContextBuilder, ContextStage
-from .embed import EmbeddingCache, SentenceTransformerEmbedder
-from .embed_microbatch import MicroBatcher
+from .stages.context import BuiltContext, ContextBuilder, ContextStage
+from .embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
+from .embed.microbatch import MicroBatcher
 from .errors import QueryError
-from .generation import GenerationStage
+from .stages.generation import GenerationStage
 from .index import IngestReport, ProgressFn
 from .index.filters import parse_filters
-from .index_registry import IndexRegistry, LoadedIndex
+from .retrieval.registry import IndexRegistry, LoadedIndex
 from .ingest.paths import PathPolicy
-from .kv_memory import check_config as check_kv
+from .budget.kv_memory import check_config as check_kv
 from .llm import make_generator, make_prompt
 from .llm.base import Generator
-from .metrics import Metrics
-from .request import QueryRequest, make_request
-from .rerank import make_reranker
+from .observe.metrics import Metrics
+from .stages.request import QueryRequest, make_request
+from .retrieval.rerank import make_reranker
 from .route import Routed, Router
-from .telemetry import Tracer, make_tracer
-from .tokens import Tokenizer
-from .trim import split_sentences
+from .observe.telemetry import Tracer, make_tracer
+from .kernels.tokens import Tokenizer
+from .kernels.sentences import split_sentences
 from .types import (Answer, Document, FinalEvent, Ledger, Message, ProgressEvent, Sampling, Scored, StreamEvent,
                     Timings, TokenEvent)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragbudget.config import EmbeddingConfig
-from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.embed.encoder import SentenceTransformerEmbedder
 
 # Session-wide fixtures shared by several test modules, registered once so each is built once per run.
 pytest_plugins = ["redis_fixture", "service_fixtures", "fixtures_llm"]

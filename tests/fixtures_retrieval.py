@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ragbudget.config import Config, load_config
-from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.embed.encoder import SentenceTransformerEmbedder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CRANFIELD = DATA / "eval" / "cranfield"

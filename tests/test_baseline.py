@@ -14,7 +14,7 @@ from _baseline import build_baseline, eval_answers, eval_retrieval, read_corpus 
 
 from ragbudget.eval.answers import contains_answer, load_questions
 from ragbudget.eval.retrieval import load_beir
-from ragbudget.tokens import Tokenizer
+from ragbudget.kernels.tokens import Tokenizer
 
 
 @pytest.fixture()

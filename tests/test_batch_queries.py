@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ragbudget.batch_queries import done_ids, parse_lines, run_batch
+from ragbudget.service.batch_queries import done_ids, parse_lines, run_batch
 from ragbudget.errors import QueryError
 
 QUESTIONS = ["lift increase due to slipstream", "boundary layer transition on a flat plate",

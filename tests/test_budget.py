@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ragbudget.budget import SECTIONS, allocate, lend, total
+from ragbudget.budget.allocate import SECTIONS, allocate, lend, total
 from ragbudget.config import BudgetConfig, load_config
 from ragbudget.errors import BudgetConfigError, BudgetError, ConfigError
 
@@ -100,10 +100,10 @@ def test_small_window_gives_unused_fixed_sections_to_the_context_first() -> None
 def test_one_budget_rule_for_the_question_limit_and_allocation() -> None:
     """cap 256 and ratio 0.01 of 8192: the config's question limit and the allocation agree on 81 tokens, so a
     200-token question is refused before it could be cut (both rules used to disagree: 252 vs 81)."""
-    from ragbudget.accounting import check_question
+    from ragbudget.stages.accounting import check_question
     from ragbudget.config import question_limit
     from ragbudget.errors import QuestionTooLongError
-    from ragbudget.tokens import Tokenizer
+    from ragbudget.kernels.tokens import Tokenizer
 
     cfg = load_config(None, environ={}).with_overrides({"budget.question.ratio": 0.01})
     assert cfg.budget.section_tokens("question") == allocate(cfg.budget).question == 81

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragbudget.condense import condense, condense_with_llm, needs_context
+from ragbudget.stages.condense import condense, condense_with_llm, needs_context
 from ragbudget.config import Config
 from ragbudget.errors import ConfigError
 from ragbudget.eval.followups import followup_set

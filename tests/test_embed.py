@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ragbudget.config import EmbeddingConfig
-from ragbudget.embed import EmbeddingCache, SentenceTransformerEmbedder, bundled_model_path, text_key
+from ragbudget.embed.encoder import EmbeddingCache, SentenceTransformerEmbedder, bundled_model_path, text_key
 from ragbudget.errors import ModelNotFoundError
 
 from fixtures_retrieval import CRANFIELD
@@ -77,7 +77,7 @@ def test_bulk_precision_keeps_vectors_and_bulk_threads_are_restored() -> None:
     import torch
 
     from ragbudget.config import EmbeddingConfig
-    from ragbudget.embed import BULK_MIN_TEXTS, SentenceTransformerEmbedder, native_bf16
+    from ragbudget.embed.encoder import BULK_MIN_TEXTS, SentenceTransformerEmbedder, native_bf16
 
     texts = [f"Boundary layer transition on a swept wing at Mach {m / 10:.1f} with suction slot {m}." for m in
              range(BULK_MIN_TEXTS * 2)]
@@ -97,7 +97,7 @@ def test_bulk_precision_keeps_vectors_and_bulk_threads_are_restored() -> None:
 
 
 def test_token_batches_respect_the_budget_and_keep_every_item_once() -> None:
-    from ragbudget.embed import token_batches
+    from ragbudget.embed.encoder import token_batches
 
     lengths = [3, 250, 40, 40, 7, 600, 41, 12, 256, 5]
     batches = token_batches(lengths, budget=300)
@@ -115,7 +115,7 @@ def test_bulk_workers_return_the_same_vectors_in_input_order() -> None:
     from sentence_transformers import SentenceTransformer
 
     from ragbudget.config import EmbeddingConfig
-    from ragbudget.embed import SentenceTransformerEmbedder
+    from ragbudget.embed.encoder import SentenceTransformerEmbedder
 
     rows = [json.loads(line) for line in open(CRANFIELD / "corpus.jsonl", encoding="utf-8")][:40]
     texts = [r["text"] for r in rows] + [r["title"] for r in rows]  # long and short, interleaved lengths

@@ -7,7 +7,7 @@ import pytest
 from ragbudget.cli import main
 from ragbudget.config import load_config
 from ragbudget.eval.answers import contains_answer, evaluate_answers
-from ragbudget.rerank import BiEncoderReranker
+from ragbudget.retrieval.rerank import BiEncoderReranker
 
 
 @pytest.fixture(scope="module")

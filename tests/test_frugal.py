@@ -9,7 +9,7 @@ import pytest
 
 from ragbudget import RAG
 from ragbudget.config import Config
-from ragbudget.prompt import PrefixMonitor, prefix_parts, static_prefix
+from ragbudget.stages.prompt import PrefixMonitor, prefix_parts, static_prefix
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "ragbudget" / "sample_docs"
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from ragbudget.handlers import UnsafeExpression, answer, convert, safe_eval
+from ragbudget.route.handlers import UnsafeExpression, answer, convert, safe_eval
 
 NOW = dt.datetime(2026, 12, 2, 14, 30, tzinfo=dt.timezone.utc)
 

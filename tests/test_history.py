@@ -5,8 +5,8 @@ import pytest
 from ragbudget.config import TrimConfig
 from ragbudget.errors import QueryError
 from ragbudget.eval.history_eval import as_messages, evaluate_history, load_canard
-from ragbudget.history import coerce_history, fit_history
-from ragbudget.tokens import Tokenizer
+from ragbudget.budget.history import coerce_history, fit_history
+from ragbudget.kernels.tokens import Tokenizer
 from ragbudget.types import Message
 
 TOK = Tokenizer()

@@ -13,10 +13,10 @@ import pytest
 
 from ragbudget.config import BM25Config, Config, FaissConfig
 from ragbudget import RAG
-from ragbudget.embed import SentenceTransformerEmbedder
+from ragbudget.embed.encoder import SentenceTransformerEmbedder
 from ragbudget.errors import IndexBusyError, IndexMismatchError, IndexNotFoundError, IngestError
 from ragbudget.index import Analyzer, DenseIndex, HybridIndex, SparseIndex, ingest_path
-from ragbudget.index.lock import index_write_lock, lock_path
+from ragbudget.index.local.lock import index_write_lock, lock_path
 
 from fixtures_retrieval import CountingEmbedder, cfg, embedder, minimal_pdf, real_embedder  # noqa: F401
 
@@ -169,7 +169,7 @@ def test_second_writer_waits_then_fails_naming_the_holder(tmp_path: Path, cfg: C
     folder = HybridIndex.path_for("kb", cfg)
     holder = subprocess.Popen(  # another process (e.g. a CLI ingest) holds the writer lock
         [sys.executable, "-c", "import sys, time\n"
-         "from ragbudget.index.lock import index_write_lock\n"
+         "from ragbudget.index.local.lock import index_write_lock\n"
          f"with index_write_lock({str(folder)!r}, 5):\n"
          "    print('held', flush=True); sys.stdin.readline()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -190,7 +190,7 @@ def test_a_killed_writer_leaves_no_stale_lock(tmp_path: Path, cfg: Config) -> No
     folder = HybridIndex.path_for("kb", cfg)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import time\n"
-         "from ragbudget.index.lock import index_write_lock\n"
+         "from ragbudget.index.local.lock import index_write_lock\n"
          f"with index_write_lock({str(folder)!r}, 5):\n"
          "    print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)

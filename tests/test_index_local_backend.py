@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragbudget.config import Config
-from ragbudget.index.local import LocalBackend
+from ragbudget.index.local.backend import LocalBackend
 
 from index_conformance import IndexConformance
 

@@ -11,7 +11,7 @@ from pg_fixture import pg_config, pg_server  # noqa: F401  (pytest fixtures)
 class TestPostgresBackend(IndexConformance):
     @pytest.fixture
     def backend(self, pg_config):  # noqa: F811
-        from ragbudget.index.postgres import PostgresBackend
+        from ragbudget.index.postgres.backend import PostgresBackend
 
         b = PostgresBackend(pg_config)
         yield b
@@ -24,7 +24,7 @@ QUERIES = ["boundary layer transition on a flat plate", "heat transfer in hypers
 
 
 def _open(pg_config, embedder, per_term: int):  # noqa: F811
-    from ragbudget.index.postgres import PostgresBackend
+    from ragbudget.index.postgres.backend import PostgresBackend
 
     backend = PostgresBackend(pg_config.with_overrides({"index.postgres.sparse_postings_per_term": per_term}))
     return backend, backend.open("impact", embedder, create=True)

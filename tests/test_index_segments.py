@@ -14,7 +14,7 @@ from rank_bm25 import BM25Okapi
 
 from ragbudget.config import BM25Config, Config, FaissConfig
 from ragbudget.index import DenseIndex, HybridIndex, SparseIndex
-from ragbudget.index.local import LocalBackend
+from ragbudget.index.local.backend import LocalBackend
 from ragbudget.types import Document
 
 from fixtures_retrieval import CountingEmbedder, cfg, embedder, real_embedder  # noqa: F401
@@ -163,7 +163,7 @@ def test_disk_full_mid_commit_is_a_clear_error_and_the_previous_version_serves(c
     import errno
 
     from ragbudget.errors import IngestError
-    from ragbudget.index import segments
+    from ragbudget.index.local import segments
 
     idx = HybridIndex.create("kb", cfg, model_id=embedder.model_id, dim=384)
     idx.add_documents(_docs({k: TEXTS[k] for k in "abc"}), embedder)

@@ -10,7 +10,7 @@ import pytest
 from ragbudget.config import ChunkingConfig
 from ragbudget.errors import IngestError
 from ragbudget.ingest import Chunker, chunk_id, load_path
-from ragbudget.tokens import Tokenizer
+from ragbudget.kernels.tokens import Tokenizer
 from ragbudget.types import Document
 
 from fixtures_retrieval import minimal_pdf
@@ -126,8 +126,8 @@ def test_ingest_warms_every_sentence_so_trimming_never_runs_the_model(tmp_path: 
     cached: no forward pass. The report counts them, and its seconds include that warm-up."""
     from ragbudget.config import Config
     from ragbudget.index.names import default_embedder, ingest_tokenizer
-    from ragbudget.index_registry import IndexRegistry
-    from ragbudget.trim import split_sentences
+    from ragbudget.retrieval.registry import IndexRegistry
+    from ragbudget.kernels.sentences import split_sentences
 
     rows = (shared_data / "eval" / "cisi" / "corpus.jsonl").read_text().splitlines()[:12]
     data = tmp_path / "twelve.jsonl"

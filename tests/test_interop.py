@@ -5,10 +5,10 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from ragbudget.config import load_config
 from ragbudget.index import HybridIndex
-from ragbudget.interop import BudgetPostprocessor, RagBudgetRetriever
-from ragbudget.rerank import BiEncoderReranker
-from ragbudget.retrieve import HybridRetriever
-from ragbudget.tokens import Tokenizer
+from ragbudget.adapters.interop import BudgetPostprocessor, RagBudgetRetriever
+from ragbudget.retrieval.rerank import BiEncoderReranker
+from ragbudget.retrieval.search import HybridRetriever
+from ragbudget.kernels.tokens import Tokenizer
 from ragbudget.types import Document
 
 DOCS = [

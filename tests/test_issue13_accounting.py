@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 import pytest
 
 from ragbudget import RAG
-from ragbudget.accounting import cite
+from ragbudget.stages.accounting import cite
 from ragbudget.config import Config
 from ragbudget.errors import AdmissionError, BackendUnavailableError
 from ragbudget.eval.replay import RequestResult, fill_from_answer, summarize

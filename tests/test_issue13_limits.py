@@ -14,14 +14,14 @@ import pytest
 from redis_fixture import start_redis, stop_redis
 
 from ragbudget import RAG
-from ragbudget.admission import MemoryBuckets, RedisBuckets
-from ragbudget.batch_queries import parse_item
+from ragbudget.stages.admission import MemoryBuckets, RedisBuckets
+from ragbudget.service.batch_queries import parse_item
 from ragbudget.cache import RedisBackend
 from ragbudget.cli import main as cli_main
 from ragbudget.config import Config, load_config, question_limit
 from ragbudget.errors import (BackendUnavailableError, BudgetConfigError, ConfigError, IndexError_, QueryError,
                               QuestionTooLongError, RagBudgetError)
-from ragbudget.history import coerce_history
+from ragbudget.budget.history import coerce_history
 from ragbudget.service.app import BackgroundServer, create_app
 from ragbudget.service.errors import rag_error_payload
 from ragbudget.service.run import prepare

@@ -11,7 +11,7 @@ from ragbudget.cli import main
 
 from ragbudget.config import Config, KVSpecConfig, TierConfig
 from ragbudget.errors import ConfigError
-from ragbudget.kv_memory import GIB, check_config, check_tier, kv_bytes_per_token, plan, summary_rows, tier_plan
+from ragbudget.budget.kv_memory import GIB, check_config, check_tier, kv_bytes_per_token, plan, summary_rows, tier_plan
 
 
 def test_known_models_bytes_per_token() -> None:

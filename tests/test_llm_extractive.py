@@ -10,8 +10,8 @@ import pytest
 from ragbudget.config import PromptConfig
 from ragbudget.llm import ExtractiveGenerator, Generator, make_prompt
 from ragbudget.llm.extractive import NO_ANSWER, passages_from_prompt, question_from_prompt, terms
-from ragbudget.prompt import build_prompt
-from ragbudget.tokens import Tokenizer
+from ragbudget.stages.prompt import build_prompt
+from ragbudget.kernels.tokens import Tokenizer
 from ragbudget.types import Chunk, Scored
 
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval" / "squad2"

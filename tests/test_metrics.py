@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ragbudget.metrics import Metrics
+from ragbudget.observe.metrics import Metrics
 from ragbudget.types import Answer, Ledger, SectionLedger, Timings, Usage
 
 

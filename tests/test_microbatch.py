@@ -10,7 +10,7 @@ import pytest
 
 from ragbudget.config import MicroBatchConfig
 from ragbudget.errors import ConfigError
-from ragbudget.embed_microbatch import MicroBatcher
+from ragbudget.embed.microbatch import MicroBatcher
 
 QUESTIONS = [f"what is the lift coefficient of wing model {i} at mach {i / 10:.1f}?" for i in range(24)]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import ragbudget.context as context_mod
+import ragbudget.stages.context as context_mod
 from ragbudget import RAG
 from ragbudget.cli import main as cli_main
 from ragbudget.config import Config

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from ragbudget.config import load_config
-from ragbudget.context import ContextBuilder
+from ragbudget.stages.context import ContextBuilder
 from ragbudget.errors import BudgetConfigError, BudgetError, QueryError
-from ragbudget.prompt import build_prompt, check_config_stability, check_prefix_stability
-from ragbudget.tokens import Tokenizer
+from ragbudget.stages.prompt import build_prompt, check_config_stability, check_prefix_stability
+from ragbudget.kernels.tokens import Tokenizer
 from ragbudget.types import Chunk, Scored
 
 TOK = Tokenizer()

@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 import redis
 
-from ragbudget.buckets import Buckets, MemoryBuckets, RedisBuckets
+from ragbudget.stages.buckets import Buckets, MemoryBuckets, RedisBuckets
 from ragbudget.cache import MemoryBackend, RedisBackend, SQLiteBackend
 from ragbudget.cache.base import KVBackend
-from ragbudget.embed import Embedder, SentenceTransformerEmbedder
+from ragbudget.embed.encoder import Embedder, SentenceTransformerEmbedder
 from ragbudget.eval.tuning import _MemoEmbedder
 from ragbudget.llm import ExtractiveGenerator, LlamaCppGenerator, OpenAIGenerator, make_prompt
 from ragbudget.llm.base import Generator
-from ragbudget.embed_microbatch import MicroBatcher
-from ragbudget.rerank import BiEncoderReranker, CrossEncoderReranker, Reranker
+from ragbudget.embed.microbatch import MicroBatcher
+from ragbudget.retrieval.rerank import BiEncoderReranker, CrossEncoderReranker, Reranker
 from ragbudget.types import Chunk, Generation, Scored, TokenEvent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # benchmarks/retrieval_modes.py

@@ -5,7 +5,7 @@ import pytest
 
 from ragbudget.config import RerankConfig, load_config
 from ragbudget.errors import ConfigError, ModelNotFoundError
-from ragbudget.rerank import BiEncoderReranker, CrossEncoderReranker, make_reranker, mmr, rerank
+from ragbudget.retrieval.rerank import BiEncoderReranker, CrossEncoderReranker, make_reranker, mmr, rerank
 from ragbudget.types import Chunk, Scored
 
 

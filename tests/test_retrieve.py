@@ -8,10 +8,10 @@ import pytest
 
 from ragbudget.config import load_config
 from ragbudget.errors import QueryError
-from ragbudget.fusion import minmax, ranks, rrf
+from ragbudget.retrieval.fusion import minmax, ranks, rrf
 from ragbudget.index import HybridIndex
 from ragbudget.index.filters import parse_filters
-from ragbudget.retrieve import HybridRetriever
+from ragbudget.retrieval.search import HybridRetriever
 from ragbudget.types import Document
 
 from fixtures_retrieval import CountingEmbedder, cranfield_subset, real_embedder  # noqa: F401

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragbudget.eval import ranking
-from ragbudget.stats import percentile
+from ragbudget.kernels.stats import percentile
 
 
 def test_percentile_interpolates_linearly():

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ragbudget.pipeline import RAG  # noqa: E402
 from ragbudget.service.app import BackgroundServer, create_app  # noqa: E402
-from ragbudget.telemetry import NOOP, OtelTracer, make_tracer  # noqa: E402
+from ragbudget.observe.telemetry import NOOP, OtelTracer, make_tracer  # noqa: E402
 
 QUESTION = "what similarity laws must be obeyed when constructing aeroelastic models of heated high speed aircraft"
 REPO = Path(__file__).resolve().parents[1]
@@ -87,9 +87,9 @@ def test_one_span_per_stage_with_parents_and_attributes(traced):
     assert spans["route"][0].attributes["ragbudget.route"] == ans.route
     assert root.attributes["ragbudget.cache.layer"] == "miss"
     assert root.attributes["ragbudget.route"] == ans.route
-    assert root.attributes["ragbudget.tokens.retrieved"] == ans.ledger.sections["retrieved"].used
+    assert root.attributes["ragbudget.kernels.tokens.retrieved"] == ans.ledger.sections["retrieved"].used
     budget = spans["budget"][0].attributes
-    assert budget["ragbudget.budget.retrieved"] == ans.ledger.sections["retrieved"].budget
+    assert budget["ragbudget.budget.allocate.retrieved"] == ans.ledger.sections["retrieved"].budget
     response_cache = [s for s in spans["cache"] if s.attributes["ragbudget.cache.kind"] == "response"]
     assert response_cache[0].attributes["ragbudget.cache.hit"] is False
 
@@ -113,7 +113,7 @@ def test_served_request_span_parents_admission_and_query_and_metrics(traced):
     (req,) = spans["request"]
     assert spans["admission"][0].parent.span_id == req.context.span_id
     assert spans["query"][0].parent.span_id == req.context.span_id
-    assert spans["admission"][0].attributes["ragbudget.admission.decision"] == "admitted"
+    assert spans["admission"][0].attributes["ragbudget.stages.admission.decision"] == "admitted"
     # Prometheus: TTFT from arrival, queue wait and every stage, after one request
     assert 'ragbudget_server_ttft_ms_count{route="extractive",stream="false"} 1.0' in metrics
     assert "ragbudget_admission_queue_wait_ms_count" in metrics

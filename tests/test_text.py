@@ -1,4 +1,4 @@
-"""ragbudget.text: tokenisers, the stop-word list and its named variants, content words, stemming."""
+"""ragbudget.kernels.text: tokenisers, the stop-word list and its named variants, content words, stemming."""
 
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import snowballstemmer
 
-from ragbudget import text
-from ragbudget.text import (CONDENSE_STOPWORDS, CONVERSATION_STOPWORDS, EXTRACTIVE_STOPWORDS, GUARD_STOPWORDS,
+from ragbudget.kernels import text
+from ragbudget.kernels.text import (CONDENSE_STOPWORDS, CONVERSATION_STOPWORDS, EXTRACTIVE_STOPWORDS, GUARD_STOPWORDS,
                             STOPWORDS, bm25_tokens, clitic_words, compound_words, content_words, contrast_tokens,
                             nltk_english, route_words, stem, stem_words, stemmed_content_words, unicode_words)
 
@@ -65,7 +65,7 @@ def test_stopwords_are_nltk_english_split_like_bm25_tokens():
     assert all(re.fullmatch(r"[a-z]+", w) for w in STOPWORDS)
 
 
-# The lists the callers used before ragbudget.text existed, word for word: each variant must stay equal to
+# The lists the callers used before ragbudget.kernels.text existed, word for word: each variant must stay equal to
 # its caller's list (guard decisions, history compression, condensing and extractive answers depend on them).
 OLD_GUARDS = frozenset("""
 a about above after again against all also am an and any are as at be because been before being below
@@ -113,7 +113,8 @@ def test_variant_amendments_are_real_amendments():
 
 
 def test_the_callers_use_the_variants():
-    from ragbudget import condense, history
+    from ragbudget.stages import condense
+    from ragbudget.budget import history
     from ragbudget.cache import contrast, guards
     from ragbudget.llm import extractive
 

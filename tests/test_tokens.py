@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ragbudget.errors import ConfigError
-from ragbudget.tokens import BUNDLED_TIKTOKEN_CACHE, Tokenizer
+from ragbudget.kernels.tokens import BUNDLED_TIKTOKEN_CACHE, Tokenizer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
 
@@ -54,7 +54,7 @@ def test_no_network_needed(monkeypatch):
         raise AssertionError("network access attempted")
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket.socket, "connect", refuse)
-    from ragbudget import tokens
+    from ragbudget.kernels import tokens
     tokens.get_encoding.cache_clear()
     assert Tokenizer("o200k_base").count("hello") >= 1
     assert os.environ["TIKTOKEN_CACHE_DIR"]

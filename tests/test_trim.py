@@ -3,9 +3,10 @@
 import pytest
 
 from ragbudget.config import TrimConfig
-from ragbudget.rerank import BiEncoderReranker
-from ragbudget.tokens import Tokenizer
-from ragbudget.trim import order_context, split_sentences, trim_chunks
+from ragbudget.retrieval.rerank import BiEncoderReranker
+from ragbudget.kernels.tokens import Tokenizer
+from ragbudget.budget.trim import order_context, trim_chunks
+from ragbudget.kernels.sentences import split_sentences
 from ragbudget.types import Chunk, Scored
 
 TOK = Tokenizer()

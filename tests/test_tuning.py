@@ -24,7 +24,7 @@ from ragbudget.eval.tuning import (cache_overrides, choose_point, choose_thresho
 from ragbudget.llm import LlamaCppGenerator
 from ragbudget.llm.gguf_writer import GGUFSpec, write_random_gguf
 from ragbudget.route import Router
-from ragbudget.tokens import Tokenizer
+from ragbudget.kernels.tokens import Tokenizer
 
 
 def row(x: float, y: float, **kw) -> dict:

@@ -10,9 +10,24 @@ Nothing here is imported by ``import ragbudget``: each framework loads only when
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, AsyncIterator, Iterator, Protocol
 
-from ..types import Answer, Scored
+from ..types import Answer, Scored, StreamEvent
+
+
+class Answerer(Protocol):
+    """What an adapter needs of a :class:`~ragbudget.pipeline.RAG`. Adapters hold the facade through this
+    protocol, so they sit below it and ``RAG.as_retriever()`` can build them without an import circle."""
+
+    def search(self, question: str, *args: Any, **kwargs: Any) -> list[Scored]: ...
+
+    def query(self, question: str, **kwargs: Any) -> Answer: ...
+
+    async def aquery(self, question: str, **kwargs: Any) -> Answer: ...
+
+    def stream(self, question: str, *args: Any, **kwargs: Any) -> Iterator[StreamEvent]: ...
+
+    def astream(self, question: str, **kwargs: Any) -> AsyncIterator[StreamEvent]: ...
 
 
 def chunk_metadata(s: Scored) -> dict[str, Any]:
@@ -40,4 +55,4 @@ def ledger_summary(answer: Answer) -> dict[str, Any]:
     }
 
 
-__all__ = ["chunk_metadata", "ledger_summary"]
+__all__ = ["Answerer", "chunk_metadata", "ledger_summary"]

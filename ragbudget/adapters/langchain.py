@@ -16,11 +16,11 @@ runnable's answer is ``rag.query``'s: budgeted context, caches, routing, with it
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Literal, Mapping, Optional
+from typing import Any, AsyncIterator, Iterator, Literal, Mapping, Optional
 
 from ..errors import ConfigError, QueryError
 from ..types import Answer, FinalEvent, TokenEvent
-from . import chunk_metadata, ledger_summary
+from . import Answerer, chunk_metadata, ledger_summary
 
 INSTALL = "pip install 'ragbudget[langchain]'"
 
@@ -31,9 +31,6 @@ try:
     from langchain_core.runnables import RunnableConfig, RunnableSerializable
 except ImportError as err:  # the optional extra is not installed
     raise ConfigError(f"the LangChain adapter needs langchain-core ({err})", fix=INSTALL) from None
-
-if TYPE_CHECKING:
-    from ..pipeline import RAG
 
 QUERY_KEYS = ("history", "mode", "index", "filters", "max_tokens", "tenant")
 
@@ -141,11 +138,11 @@ class RagBudgetRunnable(RunnableSerializable[Any, Any]):
                 yield self._out(ev.answer)
 
 
-def retriever(rag: "RAG", **opts: Any) -> RagBudgetRetriever:
+def retriever(rag: Answerer, **opts: Any) -> RagBudgetRetriever:
     return RagBudgetRetriever(rag=rag, **opts)
 
 
-def runnable(rag: "RAG", **opts: Any) -> RagBudgetRunnable:
+def runnable(rag: Answerer, **opts: Any) -> RagBudgetRunnable:
     return RagBudgetRunnable(rag=rag, **opts)
 
 

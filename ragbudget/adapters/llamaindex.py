@@ -10,14 +10,14 @@
     response.source_nodes      # the chunks the answer's context held (after rerank and budget)
     response.metadata["ledger"]  # the full ledger (Ledger.to_dict)
 
-The node conversion is :func:`ragbudget.interop.to_node` (the same nodes the other interop pieces use).
+The node conversion is :func:`ragbudget.adapters.interop.to_node` (the same nodes the other interop pieces use).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from llama_index.core.base.response.schema import Response
 from llama_index.core.query_engine import CustomQueryEngine
@@ -26,16 +26,13 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..errors import QueryError
-from ..interop import to_node
+from .interop import to_node
 from ..types import Answer, Scored
-from . import chunk_metadata, ledger_summary
-
-if TYPE_CHECKING:
-    from ..pipeline import RAG
+from . import Answerer, chunk_metadata, ledger_summary
 
 
 def node(s: Scored) -> NodeWithScore:
-    """A chunk as a ``NodeWithScore``: :func:`~ragbudget.interop.to_node` plus chunk id, source and score."""
+    """A chunk as a ``NodeWithScore``: :func:`~ragbudget.adapters.interop.to_node` plus chunk id, source and score."""
     n = to_node(s)
     n.node.metadata.update(chunk_metadata(s))
     return n
@@ -49,7 +46,7 @@ def _check(rag: Any) -> None:
 class RAGRetriever(BaseRetriever):
     """A LlamaIndex retriever over ``rag.search`` (hybrid/dense/bm25 retrieval, filters inside the index)."""
 
-    def __init__(self, rag: "RAG", *, k: int | None = None, index: str | None = None, mode: str | None = None,
+    def __init__(self, rag: Answerer, *, k: int | None = None, index: str | None = None, mode: str | None = None,
                  filters: Mapping[str, Any] | None = None, **kw: Any) -> None:
         _check(rag)
         self._rag, self._k, self._index, self._mode = rag, k, index, mode
@@ -81,7 +78,7 @@ class RAGQueryEngine(CustomQueryEngine):
     _rag: Any = PrivateAttr()
     last_answer: Optional[Answer] = None
 
-    def __init__(self, rag: "RAG", **opts: Any) -> None:
+    def __init__(self, rag: Answerer, **opts: Any) -> None:
         _check(rag)
         super().__init__(options=opts)
         self._rag = rag
@@ -95,12 +92,12 @@ class RAGQueryEngine(CustomQueryEngine):
         return to_response(self.last_answer)
 
 
-def as_retriever(rag: "RAG", **opts: Any) -> RAGRetriever:
+def as_retriever(rag: Answerer, **opts: Any) -> RAGRetriever:
     """``rag.as_retriever(k=, index=, mode=, filters=)``."""
     return RAGRetriever(rag, **opts)
 
 
-def as_query_engine(rag: "RAG", **opts: Any) -> RAGQueryEngine:
+def as_query_engine(rag: Answerer, **opts: Any) -> RAGQueryEngine:
     """``rag.as_query_engine(**kwargs of RAG.query)``: index, mode, filters, max_tokens, tenant, …"""
     return RAGQueryEngine(rag, **opts)
 

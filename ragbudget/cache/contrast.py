@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from ..text import GUARD_STOPWORDS, contrast_tokens, stem
+from ..kernels.text import GUARD_STOPWORDS, contrast_tokens, stem
 from . import contrast_lexicon as hand
 from .guards import NEGATIONS, NUMBER_WORDS
 

@@ -15,7 +15,7 @@ semantic hit is rejected when the stored and the new question differ in
 
 Every check is a pure function of the two texts (the contrast check may also consult an optional
 word-similarity callable); :func:`check` returns the first failing guard's name. Words, stop words
-(:data:`~ragbudget.text.GUARD_STOPWORDS`) and stems come from :mod:`ragbudget.text`.
+(:data:`~ragbudget.kernels.text.GUARD_STOPWORDS`) and stems come from :mod:`ragbudget.kernels.text`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from ..text import GUARD_STOPWORDS, UNICODE_WORD, stem, unicode_words
+from ..kernels.text import GUARD_STOPWORDS, UNICODE_WORD, stem, unicode_words
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:/]\d+)*")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;\"“(]\s*)$")

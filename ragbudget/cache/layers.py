@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import CacheConfig
-from ..embed import Embedder
+from ..embed.encoder import Embedder
 from .base import CacheStats, KVBackend, encode_json
 from .keys import ResponseScope
 from .memory import MemoryBackend

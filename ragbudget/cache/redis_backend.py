@@ -2,7 +2,7 @@
 
 Any Redis error or timeout is logged and counted, and the call reads as a miss / a refused store: the
 request is served without this layer, never failed by it. A failure opens a circuit breaker
-(:class:`~ragbudget.breaker.ProbedBreaker`): every request then skips Redis at once (no I/O, no timeout),
+(:class:`~ragbudget.kernels.breaker.ProbedBreaker`): every request then skips Redis at once (no I/O, no timeout),
 and after ``cooldown_s`` a background PING decides whether it closes again — so a down or frozen Redis
 costs one timeout, then nothing per request, and the layer comes back by itself when Redis recovers.
 Expiry is server-side (``PX``).
@@ -16,7 +16,7 @@ from typing import Callable
 
 import redis
 
-from ..breaker import ProbedBreaker
+from ..kernels.breaker import ProbedBreaker
 from ..errors import CacheError
 from .base import BackendBase
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..config import SemanticCacheConfig
-from ..embed import Embedder
+from ..embed.encoder import Embedder
 from . import contrast, guards
 from .base import CacheStats, KVBackend, decode_json, encode_json
 from .keys import ResponseScope, semantic_entry_key

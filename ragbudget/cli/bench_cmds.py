@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config import Config, load_config
-from ..embed import EmbeddingCache, SentenceTransformerEmbedder
+from ..embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
 from ..errors import ConfigError
 from ..index import list_indexes
-from ..kv_memory import check_config, summary_rows
+from ..budget.kv_memory import check_config, summary_rows
 from ..pipeline import RAG
 from ..eval import compare as compare_mod
 from ..eval.replay import HttpTarget, LibraryTarget, ReplayReport, plot, replay, rich_table

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config import load_config
-from ..embed import SentenceTransformerEmbedder
+from ..embed.encoder import SentenceTransformerEmbedder
 from ..errors import ConfigError
 from ..eval.cache_eval import evaluate_pairs, load_pairs, select
 

@@ -7,13 +7,13 @@ import json
 import sys
 
 from ..config import load_config
-from ..embed import EmbeddingCache, SentenceTransformerEmbedder
+from ..embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
 from ..eval.answers import evaluate_answers
 from ..eval.followups import KINDS, evaluate_followups
 from ..eval.history_eval import evaluate_history, load_canard
 from ..eval.longdocs import GROUPS, build_long_documents
-from ..rerank import make_reranker
-from ..tokens import Tokenizer
+from ..retrieval.rerank import make_reranker
+from ..kernels.tokens import Tokenizer
 
 
 def _budgets(text: str) -> list[int]:

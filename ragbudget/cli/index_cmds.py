@@ -20,8 +20,8 @@ from ..config import Config, load_config
 from ..eval.retrieval import evaluate, load_beir
 from ..index import HybridIndex, IngestReport, default_embedder
 from ..index.filters import parse_filters
-from ..index_registry import IndexRegistry
-from ..retrieve import MODES, HybridRetriever
+from ..retrieval.registry import IndexRegistry
+from ..retrieval.search import MODES, HybridRetriever
 from .filter_args import add_filter_args, filters_from_args
 
 STAGE_LABEL = {"load": "reading files", "chunk": "chunking", "embed": "embedding new chunks",

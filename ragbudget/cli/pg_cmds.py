@@ -15,7 +15,7 @@ from ..config import load_config
 
 
 def _server(args: argparse.Namespace):
-    from ..index.pg_embedded import EmbeddedPostgres  # noqa: PLC0415
+    from ..index.postgres.embedded import EmbeddedPostgres  # noqa: PLC0415
 
     cfg = load_config(getattr(args, "config", None))
     folder = Path(args.dir) if args.dir else Path(cfg.index.dir) / ".postgres"

@@ -8,7 +8,7 @@ import os
 import uvicorn
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ..batch_queries import run_batch
+from ..service.batch_queries import run_batch
 from ..config import load_config
 from ..pipeline import RAG
 from ..service.app import CONFIG_ENV, create_app

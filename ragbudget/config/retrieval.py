@@ -15,7 +15,7 @@ class TokenizerConfig(_Section):
 
 
 class MicroBatchConfig(_Section):
-    """Batch concurrent query embeddings (see ragbudget/embed_microbatch.py and BENCHMARKS.md, issue 7)."""
+    """Batch concurrent query embeddings (see ragbudget/embed/microbatch.py and BENCHMARKS.md, issue 7)."""
 
     enabled: bool = False
     max_batch: int = Field(16, ge=1, le=1024)

@@ -142,7 +142,7 @@ class ServiceConfig(_Section):
 
 
 class TelemetryConfig(_Section):
-    """OpenTelemetry traces (:mod:`ragbudget.telemetry`): off by default; nothing is imported when off.
+    """OpenTelemetry traces (:mod:`ragbudget.observe.telemetry`): off by default; nothing is imported when off.
     Empty values fall back to the standard variables (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
     ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER_ARG``);
     ``OTEL_SDK_DISABLED=true`` turns tracing off whatever this says."""

@@ -3,7 +3,7 @@
 Layout (DESIGN.md "answers"): ``DIR/corpus.jsonl`` (``_id``, ``title``, ``text``) and
 ``DIR/questions.jsonl`` (``_id``, ``text``, ``answers``). The corpus is indexed with the project's own
 ingest + :class:`~ragbudget.index.HybridIndex` (in memory), retrieved with
-:class:`~ragbudget.retrieve.HybridRetriever`, reranked and trimmed exactly as a request would be. For
+:class:`~ragbudget.retrieval.search.HybridRetriever`, reranked and trimmed exactly as a request would be. For
 every budget the same run also measures a dense top-k baseline: the dense ranking's whole chunks, taken
 in order while they fit the same token budget.
 """
@@ -19,15 +19,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..config import Config
-from ..embed import Embedder
+from ..embed.encoder import Embedder
 from ..errors import IngestError
 from ..index import HybridIndex
 from ..ingest import load_path
-from ..rerank import Reranker, rerank
-from ..retrieve import HybridRetriever
-from ..stats import percentile
-from ..tokens import Tokenizer
-from ..trim import SentencePlan
+from ..retrieval.rerank import Reranker, rerank
+from ..retrieval.search import HybridRetriever
+from ..kernels.stats import percentile
+from ..kernels.tokens import Tokenizer
+from ..budget.trim import SentencePlan
 from ..types import Scored
 
 SEP = "\n\n"

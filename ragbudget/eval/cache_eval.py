@@ -20,7 +20,7 @@ import numpy as np
 
 from ..cache import MemoryBackend, ResponseScope, SemanticResponseCache, Verifier
 from ..config import SemanticCacheConfig
-from ..embed import Embedder
+from ..embed.encoder import Embedder
 from ..errors import IngestError
 
 

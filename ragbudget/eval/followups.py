@@ -7,7 +7,7 @@ document per dialog — its title and section, then every answer of the dialog i
 are answers about the same subject — and, for each answerable follow-up, retrieves with three queries:
 
 - ``raw``: the question as asked;
-- ``condensed``: :func:`ragbudget.condense.condense` over the history (what the pipeline retrieves with);
+- ``condensed``: :func:`ragbudget.stages.condense.condense` over the history (what the pipeline retrieves with);
 - ``gold``: the human rewrite (an upper bound).
 
 Reported per query kind: recall@k (a retrieved chunk holds the answer's first sentence) and
@@ -24,13 +24,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..condense import condense
+from ..stages.condense import condense
 from ..config import Config
-from ..embed import Embedder
-from ..rerank import Reranker, rerank
-from ..retrieve import HybridRetriever
-from ..tokens import Tokenizer
-from ..trim import SentencePlan, split_sentences
+from ..embed.encoder import Embedder
+from ..retrieval.rerank import Reranker, rerank
+from ..retrieval.search import HybridRetriever
+from ..kernels.tokens import Tokenizer
+from ..budget.trim import SentencePlan
+from ..kernels.sentences import split_sentences
 from .answers import SEP, build_index, contains_answer
 from .history_eval import as_messages, load_canard
 

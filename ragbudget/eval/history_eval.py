@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 from ..config import TrimConfig
 from ..errors import IngestError
-from ..history import content_words, fit_history
-from ..tokens import Tokenizer
+from ..budget.history import content_words, fit_history
+from ..kernels.tokens import Tokenizer
 from ..types import Message
 
 

@@ -2,7 +2,7 @@
 
 - :func:`ttft_by_layout`: time to first token of the same requests with the prompt laid out
   cache-friendly (``static-first``: system + fixed docs, then the variable tail) or ``variable-first``,
-  assembled by :func:`ragbudget.prompt.build_prompt` exactly as a request would be;
+  assembled by :func:`ragbudget.stages.prompt.build_prompt` exactly as a request would be;
 - :func:`timings_by_output_length`: TTFT, total and decode time against ``max_tokens``;
 - :func:`route_requests`: the tier each request of a mixed set goes to, with its estimated cost and the
   cost of the same tokens on the largest tier.
@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..config import PromptConfig
 from ..llm import Generator, LlamaCppGenerator
-from ..prompt import Layout, build_prompt, static_prefix
+from ..stages.prompt import Layout, build_prompt, static_prefix
 from ..route import Router
-from ..stats import percentile
-from ..tokens import Tokenizer
+from ..kernels.stats import percentile
+from ..kernels.tokens import Tokenizer
 from ..types import Chunk, Scored
 from .answers import contains_answer
 

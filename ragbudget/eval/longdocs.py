@@ -25,9 +25,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..embed import Embedder
+from ..embed.encoder import Embedder
 from ..errors import IngestError
-from ..tokens import Tokenizer
+from ..kernels.tokens import Tokenizer
 from .answers import load_questions
 
 GROUPS = ("topic", "random")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from ..stats import percentile as percentile  # re-exported: the one definition lives in ragbudget.stats
+from ..kernels.stats import percentile as percentile  # re-exported: the one definition lives in ragbudget.stats
 
 
 def dcg_at_k(gains: Sequence[float], k: int) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import IngestError
-from ..retrieve import HybridRetriever
+from ..retrieval.search import HybridRetriever
 from .ranking import dedupe, mrr_at_k, ndcg_at_k, percentile, recall_at_k
 
 METRIC_KEYS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "queries",

@@ -3,7 +3,7 @@ choosing a budget or a semantic-cache threshold, and writing a tuned config that
 
 Context sweep (:func:`sweep_context`): for every question of an answers folder (DESIGN.md "answers") the
 hybrid retrieval runs once; then, per setting (top-k × reranker on/off × sentence trimming on/off) and per
-retrieved-context budget, the real :class:`~ragbudget.context.ContextBuilder` assembles the prompt exactly
+retrieved-context budget, the real :class:`~ragbudget.stages.context.ContextBuilder` assembles the prompt exactly
 as a request with that configuration would. A row reports answer-in-context, the retrieved-section tokens
 the ledger counts, and the measured context latency (retrieval + the first build of that setting, which
 pays for reranking and sentence scoring; later budgets of the same setting reuse its embeddings). The
@@ -21,14 +21,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..config import Config, dump_config, load_config
-from ..context import ContextBuilder
-from ..embed import Embedder
+from ..stages.context import ContextBuilder
+from ..embed.encoder import Embedder
 from ..errors import ConfigError
 from ..index import HybridIndex
-from ..rerank import Reranker, make_reranker
-from ..retrieve import HybridRetriever
-from ..stats import percentile
-from ..tokens import Tokenizer
+from ..retrieval.rerank import Reranker, make_reranker
+from ..retrieval.search import HybridRetriever
+from ..kernels.stats import percentile
+from ..kernels.tokens import Tokenizer
 from ..types import Scored
 from .answers import SEP, build_index, contains_answer, load_questions
 from .cache_eval import Pair, evaluate_pairs
@@ -108,7 +108,7 @@ class _MemoEmbedder:
         return self.inner.embed_query(text)
 
 
-_percentile = percentile  # the one definition (ragbudget.stats)
+_percentile = percentile  # the one definition (ragbudget.kernels.stats)
 
 
 def sweep_context(folder: str | Path, base: Config, embedder: Embedder, *, budgets: Sequence[int],

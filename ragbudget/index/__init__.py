@@ -1,8 +1,9 @@
 """Index: chunk store, FAISS dense, BM25 sparse, manifest, and the atomically saved HybridIndex."""
 
-from .dense import DenseIndex
-from .hybrid import HybridIndex, IngestReport, ProgressFn, default_embedder, ingest_path, list_indexes
-from .manifest import FORMAT_VERSION, Manifest, content_version
+from .local.dense import DenseIndex
+from .local.backend import ingest_path
+from .local.hybrid import HybridIndex, IngestReport, ProgressFn, default_embedder, list_indexes
+from .local.manifest import FORMAT_VERSION, Manifest, content_version
 from .sparse import Analyzer, SparseIndex
 from .store import ChunkStore
 

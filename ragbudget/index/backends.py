@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..config import Config
 from ..errors import ConfigError
 from .base import IndexBackend
-from .local import LocalBackend
+from .local.backend import LocalBackend
 
 BACKENDS = ("local", "postgres")
 POSTGRES_INSTALL = 'pip install "ragbudget[postgres]"   (psycopg[binary,pool] and pgvector)'
@@ -17,7 +17,7 @@ def make_backend(config: Config) -> IndexBackend:
         return LocalBackend(config)
     if kind == "postgres":
         try:
-            from .postgres import PostgresBackend  # noqa: PLC0415 - optional dependency
+            from .postgres.backend import PostgresBackend  # noqa: PLC0415 - optional dependency
         except ImportError as err:
             raise ConfigError(f"index.backend=postgres needs packages that are not installed ({err.name or err})",
                               fix=f"install them: {POSTGRES_INSTALL}") from None

@@ -23,7 +23,7 @@ from ..types import Chunk, Document
 from .filters import Filters
 
 if TYPE_CHECKING:
-    from ..embed import Embedder
+    from ..embed.encoder import Embedder
     from ..ingest.paths import PathPolicy
     from .report import IngestReport
     from .sparse import Analyzer

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import QueryError
-from ..safe_values import unsafe_reason
+from ..kernels.safe_values import unsafe_reason
 from ..types import Chunk
 
 OPS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "exists")

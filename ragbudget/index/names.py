@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 from ..config import Config
-from ..embed import EmbeddingCache, SentenceTransformerEmbedder
+from ..embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
 from ..errors import IndexError_
-from ..tokens import Tokenizer
-from .manifest import MANIFEST_FILE
+from ..kernels.tokens import Tokenizer
+from .local.manifest import MANIFEST_FILE
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # use fullmatch: "$" would let "nl\n" through
 

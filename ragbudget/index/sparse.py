@@ -1,5 +1,5 @@
 """BM25 over an analyzer (lowercase alphanumeric tokens, NLTK English stop words, Snowball English stemming,
-all from :mod:`ragbudget.text`; stop words and stemming configurable in :class:`~ragbudget.config.BM25Config`),
+all from :mod:`ragbudget.kernels.text`; stop words and stemming configurable in :class:`~ragbudget.config.BM25Config`),
 on bm25s' sparse score matrix.
 
 Scoring is Okapi BM25 as rank-bm25's ``BM25Okapi`` computes it (the reference a test compares top-k with on
@@ -21,7 +21,7 @@ import bm25s
 import numpy as np
 
 from ..config import BM25Config
-from ..text import STOPWORDS, bm25_tokens, stem_words
+from ..kernels.text import STOPWORDS, bm25_tokens, stem_words
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ EPSILON = 0.25  # rank-bm25's floor for negative idf, as a fraction of the mean 
 
 
 class Analyzer:
-    """Text → index terms: :func:`~ragbudget.text.bm25_tokens`, less :data:`~ragbudget.text.STOPWORDS`,
+    """Text → index terms: :func:`~ragbudget.kernels.text.bm25_tokens`, less :data:`~ragbudget.kernels.text.STOPWORDS`,
     stemmed. Stateless apart from a memo; safe to share between threads.
 
     Indexes on disk record only ``settings()``, so these steps must not change for a given setting."""

@@ -1,57 +1,88 @@
-"""What an upsert changes: chunk the incoming documents and diff them against the index by chunk id."""
+"""What an upsert changes, for every backend: chunk the incoming documents, then diff them against what is
+stored by chunk id. Pure: a backend hands in its stored chunks (as :class:`StoredChunk`) and applies the plan.
+
+A chunk whose id is stored with the same record is kept as it is; one whose record changed (metadata,
+position) is removed and added again, and the backend may reuse its stored vector and terms.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
 
 from ..types import Chunk, Document
 from .base import ProgressFn
 from .report import IngestReport
 
-if TYPE_CHECKING:
-    from .hybrid import HybridIndex
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """What the planner needs of one stored chunk. ``record`` is the backend's own form of what makes two
+    versions of a chunk the same row (compared with ``==`` against ``record_of(new_chunk)``)."""
+
+    id: str
+    doc_id: str
+    source: str | None
+    record: object
 
 
-def plan_upsert(index: "HybridIndex", docs: Sequence[Document], root: str | None, protect_sources: set[str],
-                progress: ProgressFn | None) -> tuple[IngestReport, set[str], list[Chunk]]:
-    """The report so far, the chunk ids to remove and the chunks to add. With ``root``, documents previously
-    ingested from it and absent from ``docs`` are removed (unless their source is in ``protect_sources``);
-    ``index.sources[root]`` is updated."""
-    report = IngestReport(index=index.name)
-    if index.manifest.chunker != index.chunker.settings() and len(index):
-        report.notes.append(f"chunking settings changed ({index.manifest.chunker} → {index.chunker.settings()}): "
-                            "re-ingested documents are re-chunked and re-embedded; use --rebuild to redo all")
-    by_id: dict[str, Document] = {}
+@dataclass
+class UpsertPlan:
+    remove: set[str] = field(default_factory=set)  # stored chunk ids to drop: gone, or their record changed
+    add: list[Chunk] = field(default_factory=list)  # chunks to write; an id in ``reusable`` has a stored vector
+    reusable: set[str] = field(default_factory=set)
+    removed_docs: set[str] = field(default_factory=set)
+    sources: list[str] | None = None  # the doc ids now under the ingested root (None: no root given)
+
+    @property
+    def empty(self) -> bool:
+        return not self.remove and not self.add
+
+
+def chunk_documents(docs: Sequence[Document], chunk: Callable[[Document], list[Chunk]], report: IngestReport,
+                    progress: ProgressFn | None = None) -> dict[str, list[Chunk]]:
+    """Each document's chunks, by document id (a repeated id: the last one wins, with a note)."""
+    unique: dict[str, Document] = {}
     for d in docs:
-        if d.id in by_id:
+        if d.id in unique:
             report.notes.append(f"duplicate document id {d.id!r} ({d.metadata.get('source')}); the last one wins")
-        by_id[d.id] = d
-    docs = list(by_id.values())
-    report.documents = len(docs)
-    new_by_doc: dict[str, list[Chunk]] = {}
-    for i, d in enumerate(docs):
-        new_by_doc[d.id] = index.chunker.chunk(d)
-        if not new_by_doc[d.id]:
+        unique[d.id] = d
+    report.documents = len(unique)
+    out: dict[str, list[Chunk]] = {}
+    for i, d in enumerate(unique.values()):
+        out[d.id] = chunk(d)
+        if not out[d.id]:
             report.skipped.append((str(d.metadata.get("source", d.id)), "document has no text to index"))
-        if progress and (i % 50 == 0 or i == len(docs) - 1):
-            progress("chunk", i + 1, len(docs))
-    removed_docs: set[str] = set()
-    if root is not None:
-        gone = set(index.sources.get(root, [])) - set(new_by_doc)
-        protected = {c.doc_id for c in index.store if c.doc_id in gone and c.source in protect_sources}
-        removed_docs = gone - protected
-        index.sources[root] = sorted(set(new_by_doc) | protected)
-    replaced = set(new_by_doc) | removed_docs
+        if progress and (i % 50 == 0 or i == len(unique) - 1):
+            progress("chunk", i + 1, len(unique))
+    return out
+
+
+def plan_upsert(new_by_doc: dict[str, list[Chunk]], stored: Iterable[StoredChunk], *, before: set[str],
+                root: bool, protect_sources: set[str] | frozenset[str], record_of: Callable[[Chunk], object],
+                report: IngestReport) -> UpsertPlan:
+    """Diff ``new_by_doc`` against ``stored`` (at least every stored chunk of the incoming documents and of
+    ``before``). ``before``: the documents that may go — those last ingested from the same root, or every
+    stored document when the write replaces the whole index; one absent from ``new_by_doc`` is removed
+    unless its source is in ``protect_sources`` (a file that failed to load this time). Fills ``report``'s
+    counts."""
+    stored = list(stored)
+    by_id = {s.id: s for s in stored}
+    gone = before - set(new_by_doc)
+    protected = {s.doc_id for s in stored if s.doc_id in gone and s.source in protect_sources}
+    plan = UpsertPlan(removed_docs=gone - protected)
+    if root:
+        plan.sources = sorted(set(new_by_doc) | protected)
+    replaced = set(new_by_doc) | plan.removed_docs
     incoming = list({c.id: c for cs in new_by_doc.values() for c in cs}.values())
     incoming_ids = {c.id for c in incoming}
-    old_of_replaced = {c.id for c in index.store if c.doc_id in replaced}
-    report.chunks_unchanged = len(incoming_ids & old_of_replaced)
-    report.chunks_added = len(incoming_ids - old_of_replaced)
-    report.chunks_removed = len(old_of_replaced - incoming_ids)
-    report.documents_removed = len(removed_docs & index.store.doc_ids())
-    # A chunk whose id is stored but whose record changed (metadata, position) gets a new row; its
-    # vector and terms are reused.
-    changed = {c.id for c in incoming if c.id in index.store and c != index.store.get(c.id)}
-    remove = (old_of_replaced - incoming_ids) | changed
-    add = [c for c in incoming if c.id not in index.store or c.id in changed]
-    return report, remove, add
+    old = {s.id for s in stored if s.doc_id in replaced}
+    report.chunks_unchanged = len(incoming_ids & old)
+    report.chunks_added = len(incoming_ids - old)
+    report.chunks_removed = len(old - incoming_ids)
+    report.documents_removed = len(plan.removed_docs & {s.doc_id for s in stored})
+    changed = {c.id for c in incoming if c.id in by_id and by_id[c.id].record != record_of(c)}
+    plan.remove = (old - incoming_ids) | changed
+    plan.add = [c for c in incoming if c.id not in by_id or c.id in changed]
+    plan.reusable = changed
+    return plan

@@ -17,7 +17,7 @@ from typing import Sequence
 from llama_index.core.node_parser import SentenceSplitter, TokenTextSplitter
 
 from ..config import ChunkingConfig
-from ..tokens import Tokenizer
+from ..kernels.tokens import Tokenizer
 from ..types import Chunk, Document
 
 

@@ -26,7 +26,7 @@ from bs4 import BeautifulSoup
 from pypdf import PdfReader
 
 from ..errors import IdCollisionError, IngestError, PathRefusedError
-from ..safe_values import unsafe_reason
+from ..kernels.safe_values import unsafe_reason
 from ..types import Document
 from .paths import PathPolicy, SkipFile, read_bounded
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..config import TierConfig
 from ..errors import ConfigError
-from ..tokens import Tokenizer
+from ..kernels.tokens import Tokenizer
 from .base import (AsyncGenerationStream, BaseGenerator, GenerationStream, Generator, StreamState,
                    TokenClock, make_prompt)
 from .extractive import ExtractiveGenerator

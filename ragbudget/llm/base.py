@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
-from ..async_bridge import iterate_in_thread
+from ..kernels.async_bridge import iterate_in_thread
 from ..errors import GenerationError, PartialGenerationError
 from ..types import Generation, Message, Prompt, Scored, Timings, TokenEvent, Usage
 
@@ -156,7 +156,7 @@ class Generator(Protocol):
 
 class AsyncGenerationStream:
     """Async iterator over a sync token stream (a :class:`GenerationStream`, or anything iterating
-    TokenEvents with a ``.generation`` attribute) run in a worker thread (:mod:`ragbudget.async_bridge`)."""
+    TokenEvents with a ``.generation`` attribute) run in a worker thread (:mod:`ragbudget.kernels.async_bridge`)."""
 
     def __init__(self, stream: Iterator[TokenEvent]) -> None:
         self._stream = stream

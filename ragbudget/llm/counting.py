@@ -25,7 +25,7 @@ import tiktoken
 from tokenizers import Tokenizer as HFTokenizer  # installed with sentence-transformers
 
 from ..errors import ConfigError
-from ..tokens import ensure_offline_cache
+from ..kernels.tokens import ensure_offline_cache
 from ..types import Prompt
 from .llamacpp_backend import chat_formatter, count_llama_prompt, llama_cpp
 

@@ -9,7 +9,7 @@ the documents do not contain the answer.
 
 Context comes from the explicit ``context`` argument (``list[Scored]``, numbered [1], [2]… in order) or,
 without it, is parsed from the prompt text: passages introduced by ``[n]`` at the start of a line, either
-``[n] text`` or the ``ragbudget.prompt`` fence (``[n] source — title`` header, text on the next lines,
+``[n] text`` or the ``ragbudget.stages.prompt`` fence (``[n] source — title`` header, text on the next lines,
 inside ``<documents>``).
 """
 
@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ..text import EXTRACTIVE_STOPWORDS, clitic_words, stemmed_content_words
-from ..tokens import Tokenizer
-from ..trim import split_sentences as punkt_sentences
+from ..kernels.text import EXTRACTIVE_STOPWORDS, clitic_words, stemmed_content_words
+from ..kernels.tokens import Tokenizer
+from ..kernels.sentences import split_sentences as punkt_sentences
 from ..types import Prompt, Scored
 from .base import BaseGenerator, StreamState
 
@@ -41,7 +41,7 @@ class Passage:
 
 
 def terms(text: str) -> list[str]:
-    """Lower-cased, stemmed content words (:data:`~ragbudget.text.EXTRACTIVE_STOPWORDS` removed)."""
+    """Lower-cased, stemmed content words (:data:`~ragbudget.kernels.text.EXTRACTIVE_STOPWORDS` removed)."""
     return stemmed_content_words(clitic_words(text), EXTRACTIVE_STOPWORDS)
 
 
@@ -75,7 +75,7 @@ def passages_from_prompt(text: str) -> list[Passage]:
         body = re.split(r"\n(?:```|</?documents?>|---)", body)[0].strip()
         head, sep, rest = body.partition("\n")
         if sep and rest.strip() and not re.search(r"[.!?]\s*$", head):
-            body = rest.strip()  # "[n] source — title" header line, text below (ragbudget.prompt's fence)
+            body = rest.strip()  # "[n] source — title" header line, text below (ragbudget.stages.prompt's fence)
         out.append(Passage(number=int(m.group(1)), text=body, rank=k))
     return out
 

@@ -18,7 +18,7 @@ Deterministic handlers (:mod:`.deterministic`) answer before any of this, withou
 and errors, estimated cost vs always-large) for ``ledger.route``.
 """
 
-from ..breaker import CircuitBreaker
+from ..kernels.breaker import CircuitBreaker
 from .decision import Refit, RouteDecision, Routed, tier_cost
 from .fallback import RoutedStream
 from .router import Router

@@ -11,9 +11,9 @@ from typing import Any
 from ..cache.keys import digest
 from ..config import RouterConfig
 from ..errors import CacheError
-from ..handlers import VERSION as HANDLERS_VERSION
-from ..handlers import HandlerAnswer
-from ..handlers import answer as handler_answer
+from .handlers import VERSION as HANDLERS_VERSION
+from .handlers import HandlerAnswer
+from .handlers import answer as handler_answer
 from ..types import Generation, Timings, Usage
 from .decision import RouteDecision, Routed
 

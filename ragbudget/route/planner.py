@@ -8,7 +8,7 @@ from typing import Sequence
 from ..config import RouterConfig, TierConfig
 from ..errors import RoutingError
 from ..llm.extractive import terms
-from ..text import route_words
+from ..kernels.text import route_words
 from ..types import Prompt, Scored
 from .decision import Refit, RouteDecision
 from .tiers import TierSet

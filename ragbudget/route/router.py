@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..config import LLMConfig, TierConfig
 from ..llm import AsyncGenerationStream, Generator
-from ..tokens import Tokenizer
+from ..kernels.tokens import Tokenizer
 from ..types import Prompt, Scored
 from .decision import Refit, RouteDecision, Routed
 from .deterministic import Handlers

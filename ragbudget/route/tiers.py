@@ -10,12 +10,12 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from ..breaker import CircuitBreaker
+from ..kernels.breaker import CircuitBreaker
 from ..config import LLMConfig, TierConfig
 from ..errors import GenerationError, GenerationTimeoutError, RoutingError
 from ..llm import Generator, make_generator
 from ..llm.counting import RatioCalibration, make_counter
-from ..tokens import Tokenizer
+from ..kernels.tokens import Tokenizer
 from ..types import Generation, Prompt, Scored, TokenEvent
 from .decision import Refit, RouteDecision, Routed, tier_cost
 

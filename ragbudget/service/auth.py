@@ -17,7 +17,7 @@ from fastapi import Request
 
 from ..config import TenantConfig
 from ..index.names import valid_name
-from ..openai_surface import default_index
+from .openai_surface import default_index
 from .errors import ApiError
 from .state import ServiceState
 

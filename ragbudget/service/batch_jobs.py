@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 
-from ..batch_queries import BatchItem, arun_batch, parse_lines, read_batch
+from .batch_queries import BatchItem, arun_batch, parse_lines, read_batch
 from ..config import TenantConfig
 from ..errors import RagBudgetError
 from .auth import current_tenant, get_state, tenant_index

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import errors as E
-from ..openai_surface import UnknownModelError
+from .openai_surface import UnknownModelError
 
 log = logging.getLogger(__name__)
 

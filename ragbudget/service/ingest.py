@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from ..config import ServiceConfig, TenantConfig
 from ..errors import PathRefusedError
 from ..ingest.paths import PathPolicy
-from ..safe_values import unsafe_reason
+from ..kernels.safe_values import unsafe_reason
 from ..types import Document
 from . import heap
 from .auth import current_tenant, get_state, tenant_index

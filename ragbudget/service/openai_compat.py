@@ -1,5 +1,5 @@
 """The OpenAI-compatible routes: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``
-and ``POST /v1/embeddings``. What they accept, refuse and select is :mod:`ragbudget.openai_surface`.
+and ``POST /v1/embeddings``. What they accept, refuse and select is :mod:`ragbudget.service.openai_surface`.
 
 The last user message is the question; earlier user/assistant/system messages are the history. ``model``
 names the default (``ragbudget``), a mode, an index or ``INDEX:MODE`` (GET /v1/models lists them); extra body
@@ -19,12 +19,12 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from sse_starlette import EventSourceResponse
 
-from .. import openai_surface as oai
+from . import openai_surface as oai
 from ..config import TenantConfig
 from ..errors import RagBudgetError
 from ..types import Answer, FinalEvent, TokenEvent
 from .auth import current_tenant, get_state, visible_indexes
-from ..safe_values import unsafe_reason
+from ..kernels.safe_values import unsafe_reason
 from .errors import ApiError, error_body, rag_error_payload
 from .query import SSE_SEND_TIMEOUT_S
 from .run import answer_once, answer_stream_chunks, precheck, prepare, require_rag, sse_bytes

@@ -13,12 +13,12 @@ from fastapi import Request
 
 from sse_starlette.event import ServerSentEvent
 
-from ..accounting import check_question
+from ..stages.accounting import check_question
 from ..config import TenantConfig
 from ..errors import AdmissionError, QueryError
 from ..index.filters import parse_filters
 from ..pipeline import RAG
-from ..safe_values import unsafe_reason
+from ..kernels.safe_values import unsafe_reason
 from ..types import Answer, FinalEvent, Message, ProgressEvent, Sampling, StreamEvent, TokenEvent
 from .auth import tenant_index
 from .errors import ApiError
@@ -161,8 +161,8 @@ async def admitted(state: ServiceState, pq: PreparedQuery) -> AsyncIterator[tupl
                                          checked=pq.checked) as t:
             state.metrics.observe_admission(pq.tenant, pq.priority, t.decision, t.queue_wait_ms)
             if tracer is not None:
-                tracer.record("admission", t_admit, **{"ragbudget.admission.decision": t.decision,
-                                                       "ragbudget.admission.queue_wait_ms": t.queue_wait_ms,
+                tracer.record("admission", t_admit, **{"ragbudget.stages.admission.decision": t.decision,
+                                                       "ragbudget.stages.admission.queue_wait_ms": t.queue_wait_ms,
                                                        "ragbudget.degrade_level": t.degrade_level,
                                                        "ragbudget.priority": pq.priority})
             state.in_flight += 1
@@ -174,7 +174,7 @@ async def admitted(state: ServiceState, pq: PreparedQuery) -> AsyncIterator[tupl
                 state.update_load_metrics()
     except AdmissionError as err:
         if tracer is not None:
-            tracer.record("admission", t_admit, **{"ragbudget.admission.decision": "rejected",
+            tracer.record("admission", t_admit, **{"ragbudget.stages.admission.decision": "rejected",
                                                    "ragbudget.priority": pq.priority})
         _admission_rejected(state, pq, err, stream=pq.checked)  # only a stream is prechecked
         raise

@@ -34,7 +34,7 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(BaseModel):
     """The OpenAI chat API as ragbudget serves it. Other fields are kept (``extra="allow"``) so that
-    :func:`ragbudget.openai_surface.check_chat_parameters` refuses them by name rather than ignoring them."""
+    :func:`ragbudget.service.openai_surface.check_chat_parameters` refuses them by name rather than ignoring them."""
 
     model_config = ConfigDict(extra="allow")
     model: str = Field("ragbudget", max_length=200)
@@ -53,7 +53,7 @@ class ChatCompletionRequest(BaseModel):
 
 
 class EmbeddingRequest(BaseModel):
-    """``POST /v1/embeddings``; validated further by :func:`ragbudget.openai_surface.embedding_inputs`."""
+    """``POST /v1/embeddings``; validated further by :func:`ragbudget.service.openai_surface.embedding_inputs`."""
 
     model_config = ConfigDict(extra="allow")
     input: str | list[Any]

@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..admission import AdmissionController
+from ..stages.admission import AdmissionController
 from ..config import Config, TenantConfig
 from ..errors import ConfigError
 from ..eval.capture import TrafficCapture
-from ..metrics import Metrics
+from ..observe.metrics import Metrics
 from ..pipeline import RAG
-from ..tokens import Tokenizer
+from ..kernels.tokens import Tokenizer
 
 
 @dataclass

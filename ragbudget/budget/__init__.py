@@ -1,0 +1,1 @@
+"""Token budgets: the one allocation rule, fitting retrieved context and history into their sections."""

@@ -1,0 +1,324 @@
+"""Fit retrieved chunks into the retrieved-context budget by query-aware sentence selection.
+
+Each chunk is split into sentences (llama-index's punkt splitter); every sentence gets a score that
+mixes its own relevance to the query with its chunk's relevance. The best sentences are packed greedily
+across all chunks until the budget is spent, so each chunk loses its weakest sentences before a whole
+chunk is dropped. A sentence is cut only when it alone is larger than the whole budget. Kept sentences
+stay in their original order inside their chunk (gaps are marked with " … "), and each kept piece keeps
+its chunk (and so its citation). Scoring (:meth:`SentencePlan.build`) is separate from packing
+(:meth:`SentencePlan.pack`) so one plan can be packed at many budgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..config import BM25Config, TrimConfig
+from ..index.sparse import Analyzer
+from ..retrieval.rerank import Reranker
+from ..kernels.sentences import split_sentences
+from ..kernels.tokens import Tokenizer
+from ..types import Scored
+
+GAP = " … "
+MIN_TRUNCATED_TOKENS = 8  # a cut sentence shorter than this carries no meaning; skip it instead
+
+
+@dataclass
+class TrimResult:
+    """Chunks as they go into the prompt (text possibly reduced), plus what was dropped or compressed.
+
+    ``stop`` says why packing stopped: ``evidence`` (the next sentence scored under the evidence floor),
+    ``budget`` (the next sentence did not fit), ``exhausted`` (every candidate sentence is in) or ``empty``.
+    """
+
+    kept: list[Scored]
+    used: int
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    compressed: list[dict[str, Any]] = field(default_factory=list)
+    stop: str = "exhausted"
+    stop_note: str = ""
+
+
+TermsFn = Callable[[str], Sequence[str]]
+WeightsFn = Callable[[Sequence[str]], Mapping[str, float]]
+
+
+@dataclass
+class SentencePlan:
+    """Sentences of the candidate chunks with their token counts and evidence scores."""
+
+    items: list[Scored]
+    sentences: list[list[str]]
+    tokens: list[list[int]]
+    scores: list[list[float]]
+    chunk_tokens: list[int]
+    term_sets: list[list[frozenset[str]]] = field(default_factory=list)
+    lexical: list[list[float]] = field(default_factory=list)  # share of the question's term weight held
+    query_weights: dict[str, float] = field(default_factory=dict)  # question term → idf
+
+    @classmethod
+    def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
+              scorer: Reranker | None, cfg: TrimConfig, *, terms: TermsFn | None = None,
+              term_weights: WeightsFn | None = None) -> "SentencePlan":
+        """Split and score every sentence of ``items`` (best-first candidates).
+
+        A sentence's evidence score adds three signals: its cosine with the question (``scorer``; without
+        one, its chunk's min-max scaled score stands in), the share of the question's term weight it holds
+        (``terms`` analyses text into index terms; ``term_weights`` gives each term its idf, by default
+        computed over the candidates themselves) and a prior for the rank of its chunk in retrieval order.
+        """
+        items = list(items)
+        sents = [split_sentences(_text_of(s)) for s in items]
+        flat = [x for ss in sents for x in ss]
+        counts = tokenizer.count_many(flat) if flat else []
+        if scorer is not None and flat and cfg.sentence_weight > 0:
+            dense = [float(v) for v in np.asarray(scorer.score(query, flat), dtype=float)]
+        else:
+            chunk_rel = _minmax([s.score for s in items])
+            dense = [0.5 * chunk_rel[ci] for ci, ss in enumerate(sents) for _ in ss]
+        terms = terms or _default_terms()
+        flat_sets = [frozenset(terms(x)) for x in flat]
+        q_terms = list(dict.fromkeys(terms(query)))
+        q_weights = _weights(q_terms, sents, terms, term_weights)
+        lex = _lexical(q_terms, flat_sets, q_weights)
+        order = _retrieval_ranks(items)
+        tokens, scores, term_sets, lexical, k = [], [], [], [], 0
+        for ci, ss in enumerate(sents):
+            prior = cfg.rank_prior / (1.0 + order[ci] / 3.0)
+            tokens.append(list(counts[k:k + len(ss)]))
+            term_sets.append(flat_sets[k:k + len(ss)])
+            lexical.append(lex[k:k + len(ss)])
+            scores.append([cfg.sentence_weight * dense[k + j] + cfg.lexical_weight * lex[k + j] + prior
+                           for j in range(len(ss))])
+            k += len(ss)
+        chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
+        return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
+                   term_sets=term_sets, lexical=lexical, query_weights=q_weights)
+
+    def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
+             overhead_per_chunk: int = 0) -> TrimResult:
+        """Choose sentences for at most ``budget`` tokens (counting ``overhead_per_chunk`` for each chunk
+        used, e.g. its citation header, and one separator token between pieces).
+
+        Sentences go in best first; with ``cfg.adaptive`` packing stops at the first one scoring under
+        ``cfg.evidence_floor`` × the best score, so a question whose evidence is one sentence gets one
+        sentence (and its neighbours) however large the budget. The same sentence repeated in overlapping
+        chunks is taken once.
+        """
+        budget = max(int(budget), 0)
+        if not cfg.sentence_selection:
+            return self._pack_whole(budget, cfg, overhead_per_chunk)
+        cand = [(sc, ci, j) for ci, row in enumerate(self.scores) for j, sc in enumerate(row)
+                if sc >= cfg.min_sentence_score]
+        cand.sort(key=lambda t: (-t[0], t[1], t[2]))
+        if not cand:
+            return self._result({}, 0, cfg, set(), stop="empty")
+        best = cand[0][0]
+        floor = cfg.evidence_floor * best if cfg.adaptive else -np.inf
+        wfloor = cfg.window_floor * best
+        chosen: dict[int, dict[int, str]] = {}
+        seen: set[str] = set()
+        kept_sets: list[frozenset[str]] = []
+        used = 0
+        truncated: set[int] = set()
+        stop, note, skipped = "exhausted", "", 0
+        q_total = sum(self.query_weights.values())
+        covered: set[str] = set()
+
+        def add(ci: int, jj: int) -> bool:
+            """Put sentence jj of chunk ci in if it is new and fits; False when it did not fit."""
+            nonlocal used
+            text = self.sentences[ci][jj]
+            key = " ".join(text.split()).lower()
+            if key in seen or self._near_duplicate(ci, jj, kept_sets, cfg.duplicate_similarity):
+                return True
+            cost = self.tokens[ci][jj] + 1 + (overhead_per_chunk if ci not in chosen else 0)
+            if used + cost > budget:
+                return False
+            chosen.setdefault(ci, {})[jj] = text
+            seen.add(key)
+            if self.term_sets:
+                kept_sets.append(self.term_sets[ci][jj])
+                covered.update(t for t in self.term_sets[ci][jj] if t in self.query_weights)
+            used += cost
+            return True
+
+        for sc, ci, j in cand:
+            if used and sc < floor:
+                stop = "evidence"
+                note = (f"evidence ran out: next sentence scored {sc:.2f} < {cfg.evidence_floor:g} × best "
+                        f"{best:.2f}")
+                break
+            if used and cfg.adaptive and q_total > 0 and sc < cfg.coverage_floor * best:
+                cov = sum(self.query_weights[t] for t in covered) / q_total
+                if cov >= cfg.coverage_stop:
+                    stop = "evidence"
+                    note = (f"question covered: the context holds {cov:.0%} of the question's term weight and "
+                            f"the next sentence scored {sc:.2f} < {cfg.coverage_floor:g} × best {best:.2f}")
+                    break
+            w = cfg.sentence_window if sc >= wfloor else 0
+            n = len(self.sentences[ci])
+            for jj in [j] + [x for x in range(j - w, j + w + 1) if x != j and 0 <= x < n]:
+                if add(ci, jj):
+                    continue
+                text = self.sentences[ci][jj]
+                cost = self.tokens[ci][jj] + 1 + overhead_per_chunk
+                if jj == j and not chosen and cost > budget:
+                    # the best sentence alone exceeds the whole budget: the one case where we cut a sentence
+                    room = budget - used - 1 - overhead_per_chunk
+                    if room >= MIN_TRUNCATED_TOKENS:
+                        chosen[ci] = {j: tokenizer.truncate(text, room)}
+                        seen.add(" ".join(text.split()).lower())
+                        used += room + 1 + overhead_per_chunk
+                        truncated.add(ci)
+                elif jj == j:
+                    skipped += 1
+        if stop == "exhausted" and skipped:
+            stop, note = "budget", f"budget full: {skipped} relevant sentences did not fit in {budget} tokens"
+        # Parent of the best sentence: when that sentence alone holds little of the question (the answer is
+        # likely a neighbour the question does not echo), its whole chunk goes in if it takes at most
+        # parent_share of the budget.
+        top = cand[0][1]
+        best_lex = self.lexical[top][cand[0][2]] if self.lexical else 1.0
+        if (cfg.parent_share > 0 and top not in truncated and best_lex < cfg.parent_confidence
+                and self.chunk_tokens[top] + overhead_per_chunk <= cfg.parent_share * budget
+                and len(chosen.get(top, {})) < len(self.sentences[top])):
+            before = used
+            for jj in range(len(self.sentences[top])):
+                add(top, jj)
+            if used > before:
+                note = (note + "; " if note else "") + (
+                    f"whole chunk of the best sentence added ({used - before} tokens): that sentence holds "
+                    f"{best_lex:.0%} of the question's term weight")
+        return self._result(chosen, used, cfg, truncated, stop=stop, note=note)
+
+    def _near_duplicate(self, ci: int, j: int, kept: list[frozenset[str]], threshold: float) -> bool:
+        """Is sentence ``j`` of chunk ``ci`` a near-copy (term-set Jaccard ≥ threshold) of one already in?"""
+        if threshold >= 1.0 or not self.term_sets or not kept:
+            return False
+        a = self.term_sets[ci][j]
+        if len(a) < 4:
+            return False
+        return any(len(a & b) / len(a | b) >= threshold for b in kept if b)
+
+    def _pack_whole(self, budget: int, cfg: TrimConfig, overhead: int) -> TrimResult:
+        chosen: dict[int, dict[int, str]] = {}
+        used = 0
+        skipped = 0
+        order = sorted(range(len(self.items)), key=lambda i: -self.items[i].score)
+        for ci in order:
+            cost = self.chunk_tokens[ci] + 1 + overhead
+            if self.chunk_tokens[ci] and used + cost <= budget:
+                chosen[ci] = dict(enumerate(self.sentences[ci]))
+                used += cost
+            elif self.chunk_tokens[ci]:
+                skipped += 1
+        stop = "budget" if skipped else "exhausted"
+        note = f"budget full: {skipped} chunks did not fit in {budget} tokens" if skipped else ""
+        return self._result(chosen, used, cfg, set(), whole=True, stop=stop, note=note)
+
+    def _result(self, chosen: dict[int, dict[int, str]], used: int, cfg: TrimConfig,
+                truncated: set[int], whole: bool = False, stop: str = "exhausted", note: str = "") -> TrimResult:
+        dropped, compressed, kept_pairs = [], [], []
+        for ci, s in enumerate(self.items):
+            if ci not in chosen:
+                reason = "empty" if not self.sentences[ci] else ("below evidence floor" if stop == "evidence"
+                                                                 else "over budget")
+                dropped.append({"chunk_id": s.chunk.id, "reason": reason, "tokens": self.chunk_tokens[ci]})
+                continue
+            picks = chosen[ci]
+            if whole:
+                text = _text_of(s)
+            else:
+                parts: list[str] = []
+                prev = -1
+                for j in sorted(picks):
+                    if parts and j != prev + 1:
+                        parts.append(GAP.strip())
+                    parts.append(picks[j])
+                    prev = j
+                text = " ".join(parts)
+            n_after = sum(self.tokens[ci][j] for j in picks) if not whole else self.chunk_tokens[ci]
+            if not whole and (len(picks) < len(self.sentences[ci]) or ci in truncated):
+                compressed.append({"chunk_id": s.chunk.id, "tokens_before": self.chunk_tokens[ci],
+                                   "tokens_after": n_after, "sentences_kept": len(picks),
+                                   "sentences_total": len(self.sentences[ci]),
+                                   **({"note": "sentence truncated"} if ci in truncated else {})})
+            best = max(self.scores[ci][j] for j in picks) if picks and self.scores[ci] else 0.0
+            chunk = replace(s.chunk, text=text, n_tokens=n_after)
+            kept_pairs.append((best, ci, replace(s, chunk=chunk)))
+        kept_pairs.sort(key=lambda t: (-t[0], t[1]))
+        kept = order_context([p[2] for p in kept_pairs], cfg.order)
+        return TrimResult(kept=kept, used=used, dropped=dropped, compressed=compressed, stop=stop, stop_note=note)
+
+
+@lru_cache(maxsize=1)
+def _default_terms() -> TermsFn:
+    """The BM25 analyzer with default settings (memoised): the terms a default sparse index matches."""
+    return Analyzer(BM25Config()).terms
+
+
+def _weights(q: Sequence[str], sents: list[list[str]], terms: TermsFn,
+             weights: WeightsFn | None) -> dict[str, float]:
+    """Each question term's weight: the index's idf, or idf over the candidate chunks themselves."""
+    if not q:
+        return {}
+    if weights is not None:
+        return {t: max(float(v), 0.0) for t, v in weights(q).items()}
+    chunk_sets = [set(terms(" ".join(ss))) for ss in sents]
+    n = len(chunk_sets)
+    return {t: float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
+            for t in q for df in [sum(1 for cs in chunk_sets if t in cs)]}
+
+
+def _lexical(q: Sequence[str], sets: Sequence[frozenset[str]], w: Mapping[str, float]) -> list[float]:
+    """Per sentence (``sets``: its terms), the share of the question's term weight it contains (0 … 1)."""
+    total = sum(w.get(t, 0.0) for t in q)
+    if not q or not sets or total <= 0:
+        return [0.0] * len(sets)
+    return [sum(w.get(t, 0.0) for t in q if t in st) / total for st in sets]
+
+
+def _retrieval_ranks(items: Sequence[Scored]) -> list[int]:
+    """Rank of each item in retrieval (fused) order when known, else in list order."""
+    if items and all(s.fused_score is not None for s in items):
+        order = sorted(range(len(items)), key=lambda i: (-float(items[i].fused_score or 0.0), i))
+        return [order.index(i) for i in range(len(items))]
+    return list(range(len(items)))
+
+
+def order_context(items: list[Scored], order: str) -> list[Scored]:
+    """``relevance``: as given (best first). ``edges``: best at both ends, weakest in the middle
+    (ranks 1, 3, 5, … then …, 6, 4, 2) against lost-in-the-middle."""
+    if order != "edges" or len(items) < 3:
+        return list(items)
+    front = items[0::2]
+    back = items[1::2]
+    return front + back[::-1]
+
+
+def trim_chunks(query: str, items: Sequence[Scored], budget: int, tokenizer: Tokenizer,
+                scorer: Reranker | None, cfg: TrimConfig, *, overhead_per_chunk: int = 0) -> TrimResult:
+    """Score and pack in one call (see :class:`SentencePlan`)."""
+    plan = SentencePlan.build(query, items, tokenizer, scorer, cfg)
+    return plan.pack(budget, cfg, tokenizer, overhead_per_chunk=overhead_per_chunk)
+
+
+def _text_of(s: Scored) -> str:
+    t = s.chunk.text
+    return t if isinstance(t, str) else ""
+
+
+def _minmax(vals: Sequence[float]) -> list[float]:
+    if not vals:
+        return []
+    arr = np.asarray(vals, dtype=float)
+    lo, hi = float(arr.min()), float(arr.max())
+    if hi - lo < 1e-12:
+        return [1.0] * len(arr)
+    return list((arr - lo) / (hi - lo))

@@ -1,0 +1,1 @@
+"""The local index backend: FAISS + BM25 segments on disk, saved atomically."""

@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: pgvector + full-text search, snapshot reads, versioned writes."""

@@ -1,0 +1,1 @@
+"""What a query reports: Prometheus metrics and OpenTelemetry spans, from one Answer."""

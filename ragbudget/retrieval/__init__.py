@@ -1,0 +1,1 @@
+"""Retrieval mechanisms: hybrid search, score fusion, reranking, the registry of loaded indexes."""

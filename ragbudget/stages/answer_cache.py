@@ -1,0 +1,88 @@
+"""The response-cache stage: the scope a stored answer is valid for, lookup (exact, then semantic), store.
+
+A scope pins everything an answer depends on — tenant, index version, prompt version and static prefix,
+model tiers, mode, output tokens, sampling, filters and the conversation — so an entry made under any other
+setting, or from an older index, is never served. Cache failures are logged and the query goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from .accounting import as_cache_hit, not_cacheable
+from ..cache import CacheLayers
+from ..cache.keys import ResponseScope, conversation_fingerprint, digest
+from ..config import Config
+from ..embed.encoder import Embedder
+from ..errors import CacheError
+from ..index.filters import fingerprint as filter_fingerprint
+from ..retrieval.registry import LoadedIndex
+from .prompt import fingerprint, static_prefix
+from .request import QueryRequest
+from ..types import Answer
+
+log = logging.getLogger("ragbudget")
+
+
+class AnswerCache:
+    """``layers`` and ``embedder`` are getters, so a query that never needs them loads nothing."""
+
+    def __init__(self, config: Config, layers: Callable[[], CacheLayers], embedder: Callable[[], Embedder]) -> None:
+        self.config = config
+        self._layers = layers
+        self._embedder = embedder
+        self._tiers_fp = digest([t.model_dump() for t in config.llm.tiers])
+        self._prefix_fps: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _prefix_fp(self, mode: str) -> str:
+        with self._lock:
+            fp = self._prefix_fps.get(mode)
+            if fp is None:
+                fp = self._prefix_fps[mode] = fingerprint(static_prefix(self.config.prompt, mode))
+            return fp
+
+    def scope(self, loaded: LoadedIndex | None, req: QueryRequest) -> ResponseScope:
+        s = req.sampling
+        return ResponseScope(tenant=req.tenant, index_version=loaded.cache_version if loaded else "",
+                             temperature=s.temperature, top_p=s.top_p, stop=s.stop, seed=s.seed,
+                             filters=filter_fingerprint(req.filters) if req.filters else "",
+                             prompt_version=f"{self.config.prompt.version}:{self._prefix_fp(req.mode)}",
+                             model_tier=self._tiers_fp, max_tokens=req.out_tokens, mode=req.mode,
+                             conversation=conversation_fingerprint(req.history))
+
+    def lookup(self, scope: ResponseScope, question: str, stages: dict[str, float], t_start: float) -> Answer | None:
+        """The stored answer as a hit (zero usage; what it saved in ``ledger.saved``), or None. The semantic
+        layer embeds the question only when the exact layer missed."""
+        t0 = time.perf_counter()
+        hit = None
+        rc = self._layers().response
+        if rc is not None:
+            try:
+                hit = rc.exact.lookup(scope, question)
+                if hit is None and rc.semantic is not None:
+                    hit = rc.semantic.lookup(scope, question, self._embedder().embed_query(question))
+            except CacheError as err:
+                log.warning("response cache lookup failed: %s", err)
+        stages["cache_response"] = (time.perf_counter() - t0) * 1000.0
+        if hit is None:
+            return None
+        return as_cache_hit(Answer.from_dict(hit.record), layer=hit.layer, question=question,
+                            lookup_ms=stages["cache_response"], total_ms=(time.perf_counter() - t_start) * 1000.0)
+
+    def store(self, scope: ResponseScope, question: str, ans: Answer) -> None:
+        rc = self._layers().response
+        if rc is None:
+            return
+        why = not_cacheable(ans, self.config)
+        if why is not None:  # degraded, fallback or substitute answers are never served later as normal hits
+            ans.ledger.flags.append(f"not_cached:{why}")
+            return
+        try:
+            emb = self._embedder().embed_query(question) if self.config.cache.semantic.enabled else None
+            rc.store(scope, question, ans.to_dict(), embedding=emb)
+        except CacheError as err:
+            log.warning("could not cache the answer: %s", err)
