@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .stages.accounting import cite
 from .stages.answer_cache import AnswerCache
@@ -349,7 +349,7 @@ class RAG:
                 for ev in chunk:
                     yield ev
 
-    async def astream_chunks(self, question: str, **kw: Any) -> AsyncIterator[list[StreamEvent]]:
+    async def astream_chunks(self, question: str, **kw: Any) -> AsyncGenerator[list[StreamEvent], None]:
         """Like :meth:`astream`, but each step yields every event that is ready, in order (at least one).
 
         A server writes each list as one chunk: tokens that arrive together (an extractive answer, a cache

@@ -205,7 +205,8 @@ class BaseGenerator:
         self.model = model
 
     def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
-                stop: Sequence[str] | None, context: Sequence[Scored] | None, **sampling: Any) -> Iterator[str]:
+                stop: Sequence[str] | None, context: Sequence[Scored] | None, top_p: float | None = None,
+                seed: int | None = None) -> Iterator[str]:
         raise NotImplementedError
 
     def stream(self, prompt: Prompt, *, max_tokens: int, temperature: float = 0.0,

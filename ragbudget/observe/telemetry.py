@@ -87,7 +87,7 @@ class Tracer:
         """``fn`` to run in another thread under the caller's current span (unchanged when off)."""
         return fn
 
-    def record(self, name: str, start: float, end: float | None = None, **attrs: Any) -> None:
+    def record(self, name: str, start: float, end: float | None = None, **attrs: object) -> None:
         """A finished child span of the current one, from ``start`` to ``end`` (``time.perf_counter``)."""
 
     def flush(self, timeout_s: float = 5.0) -> bool:
@@ -203,7 +203,7 @@ class QueryTrace:
         elif self._answer is None:
             root.set_attribute("ragbudget.cancelled", True)
         ctx = {None: trace.set_span_in_context(root)}
-        spans = {}
+        spans: dict[str, Any] = {}
         for key in sorted(self._stages.ended, key=lambda k: self._stages.ended[k] - self._stages[k] * 1e6):
             name, parent, fixed = STAGE_SPANS.get(key, (key, None, {}))
             end_ns = self._stages.ended[key]
@@ -257,7 +257,8 @@ class OtelTracer(Tracer):
         self.exporter = _CountingExporter(exporter, on_drop or (lambda n: None))
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}),
                                        sampler=ParentBased(TraceIdRatioBased(min(max(ratio, 0.0), 1.0))))
-        self.processor = BatchSpanProcessor(self.exporter, export_timeout_millis=cfg.export_timeout_s * 1000)
+        counting: Any = self.exporter  # duck-typed SpanExporter (the sdk is imported lazily)
+        self.processor = BatchSpanProcessor(counting, export_timeout_millis=cfg.export_timeout_s * 1000)
         self.provider.add_span_processor(self.processor)
         self.otel = self.provider.get_tracer("ragbudget")
         self._offset_ns = time.time_ns() - time.perf_counter_ns()
@@ -286,7 +287,7 @@ class OtelTracer(Tracer):
                 otel_context.detach(token)
         return run
 
-    def record(self, name: str, start: float, end: float | None = None, **attrs: Any) -> None:
+    def record(self, name: str, start: float, end: float | None = None, **attrs: object) -> None:
         end = time.perf_counter() if end is None else end
         span = self.otel.start_span(name, start_time=self.epoch_ns(int(start * 1e9)), attributes=_clean(attrs))
         span.end(end_time=self.epoch_ns(int(end * 1e9)))

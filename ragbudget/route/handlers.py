@@ -64,7 +64,8 @@ def safe_eval(expr: str) -> float | int:
     def ev(node: ast.AST) -> float | int:
         if isinstance(node, ast.Expression):
             return ev(node.body)
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+                and not isinstance(node.value, bool):
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
             a, b = ev(node.left), ev(node.right)

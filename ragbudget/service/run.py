@@ -7,7 +7,7 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, TypeVar
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, TypeVar
 
 from fastapi import Request
 
@@ -161,7 +161,7 @@ async def admitted(state: ServiceState, pq: PreparedQuery) -> AsyncIterator[tupl
                                          checked=pq.checked) as t:
             state.metrics.observe_admission(pq.tenant, pq.priority, t.decision, t.queue_wait_ms)
             if tracer is not None:
-                tracer.record("admission", t_admit, **{"ragbudget.stages.admission.decision": t.decision,
+                tracer.record("admission", t_admit, None, **{"ragbudget.stages.admission.decision": t.decision,
                                                        "ragbudget.stages.admission.queue_wait_ms": t.queue_wait_ms,
                                                        "ragbudget.degrade_level": t.degrade_level,
                                                        "ragbudget.priority": pq.priority})
@@ -174,7 +174,7 @@ async def admitted(state: ServiceState, pq: PreparedQuery) -> AsyncIterator[tupl
                 state.update_load_metrics()
     except AdmissionError as err:
         if tracer is not None:
-            tracer.record("admission", t_admit, **{"ragbudget.stages.admission.decision": "rejected",
+            tracer.record("admission", t_admit, None, **{"ragbudget.stages.admission.decision": "rejected",
                                                    "ragbudget.priority": pq.priority})
         _admission_rejected(state, pq, err, stream=pq.checked)  # only a stream is prechecked
         raise
@@ -255,7 +255,7 @@ async def answer_once(state: ServiceState, pq: PreparedQuery, request: Request |
 
 
 async def answer_stream_chunks(state: ServiceState, pq: PreparedQuery
-                               ) -> AsyncIterator[list[tuple[StreamEvent, dict[str, Any]]]]:
+                               ) -> AsyncGenerator[list[tuple[StreamEvent, dict[str, Any]]], None]:
     """Admit, then yield the pipeline's events as they become ready, a list at a time (see
     :meth:`RAG.astream_chunks`): a route writes each list as one chunk. Closing this generator (client
     gone) closes the pipeline's stream, which cancels generation, and gives the admission slot back."""

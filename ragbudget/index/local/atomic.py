@@ -25,7 +25,7 @@ def fsync_dir(folder: Path) -> None:
 def clean_leftovers(target: Path) -> list[str]:
     """Remove what an interrupted save of ``target`` left beside it (``.NAME.tmp-PID`` folders, and
     ``.NAME.old`` once the index itself is in place). Call only while holding the index's writer lock."""
-    removed = []
+    removed: list[str] = []
     parent = target.parent
     if not parent.is_dir():
         return removed

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import faiss
+from typing import Any
+
 import numpy as np
 
 from ...config import FaissConfig
@@ -50,9 +52,9 @@ class DenseIndex:
         cfg, n = self.config, len(train)
         self.kind, self.notes = cfg.kind, []
         if cfg.kind == "hnsw":
-            index = faiss.IndexHNSWFlat(self.dim, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efSearch = cfg.hnsw_ef_search
-            return index
+            hnsw = faiss.IndexHNSWFlat(self.dim, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            hnsw.hnsw.efSearch = cfg.hnsw_ef_search
+            return hnsw
         if cfg.kind == "ivf" and n >= cfg.ivf_nlist * IVF_MIN_POINTS_PER_LIST:
             quantizer = faiss.IndexFlatIP(self.dim)
             index = faiss.IndexIVFFlat(quantizer, self.dim, cfg.ivf_nlist, faiss.METRIC_INNER_PRODUCT)
@@ -101,11 +103,12 @@ class DenseIndex:
             self._selector = None
 
     def _params(self, sel: faiss.IDSelector, k: int) -> faiss.SearchParameters:
+        fs: Any = faiss  # the stubs lack SearchParametersHNSW and the keyword constructors of the others
         if self.kind == "hnsw":
-            return faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.config.hnsw_ef_search, k))
+            return fs.SearchParametersHNSW(sel=sel, efSearch=max(self.config.hnsw_ef_search, k))
         if self.kind == "ivf":
-            return faiss.SearchParametersIVF(sel=sel, nprobe=self.config.ivf_nprobe)
-        return faiss.SearchParameters(sel=sel)
+            return fs.SearchParametersIVF(sel=sel, nprobe=self.config.ivf_nprobe)
+        return fs.SearchParameters(sel=sel)
 
     def search(self, query: np.ndarray, k: int, rows: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Top ``k`` (row, score) among live rows; with ``rows`` (live rows matching a metadata pre-filter),
@@ -160,10 +163,11 @@ class DenseIndex:
                 self._index = index
                 self.kind = "hnsw" if isinstance(index, faiss.IndexHNSW) else "ivf" if isinstance(
                     index, faiss.IndexIVF) else "flat"
+                typed: Any = faiss.downcast_index(index)
                 if self.kind == "hnsw":
-                    faiss.downcast_index(index).hnsw.efSearch = config.hnsw_ef_search
+                    typed.hnsw.efSearch = config.hnsw_ef_search
                 elif self.kind == "ivf":
-                    faiss.downcast_index(index).nprobe = config.ivf_nprobe
+                    typed.nprobe = config.ivf_nprobe
                 self.set_dead(dead)
                 return self
         self.rebuild(None, dead)

@@ -247,7 +247,7 @@ class HybridIndex:
         return report
 
     def add_documents(self, docs: Sequence[Document], embedder: Embedder, *, root: str | None = None,
-                      progress: ProgressFn | None = None, protect_sources: set[str] = frozenset(),
+                      progress: ProgressFn | None = None, protect_sources: set[str] | frozenset[str] = frozenset(),
                       save: bool = True) -> IngestReport:
         """Upsert ``docs`` and commit them (``save=False``: in memory only; call :meth:`save` after).
         With ``root``, documents previously ingested from that root and absent from ``docs`` are removed,

@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 
 from ...config import Config
 from ...errors import IndexBusyError, IndexError_, IndexMismatchError, IndexNotFoundError
-from .schema import connect_error, connect_kwargs, db_errors, open_pool, redact, vector_dim
+from .schema import connect_error, connect_kwargs, db_errors, scalar, open_pool, redact, vector_dim
 from .store import Snapshot
 from .write import PostgresStore
 from ..sparse import Analyzer
@@ -186,7 +186,7 @@ class PostgresBackend:
             told = False
             while True:
                 with db_errors(f"taking the writer lock of index {name!r}"):
-                    got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0]
+                    got = scalar(conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key))
                 if got:
                     break
                 holder = self._holder(conn, key)

@@ -97,6 +97,15 @@ def db_errors(what: str) -> Iterator[None]:
                                     "; nothing half-written is visible", fix=START_HINT) from None
 
 
+def scalar(cur: Any) -> Any:
+    """The first column of a query's one row (a statement that always returns a row: an aggregate, a
+    RETURNING, an advisory lock)."""
+    row = cur.fetchone()
+    if row is None:
+        raise IndexError_("the database returned no row where one was certain", fix="check the server's logs")
+    return row[0]
+
+
 class Database(Protocol):
     """What the reader and the writer need of :class:`~ragbudget.index.postgres.backend.PostgresBackend`: they
     are built by it, so they hold it through this protocol instead of importing it."""

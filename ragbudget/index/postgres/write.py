@@ -32,7 +32,7 @@ from ...ingest.paths import PathPolicy
 from ...kernels.tokens import Tokenizer
 from ...types import Chunk, Document
 from ..base import ProgressFn
-from .schema import create_index_tables, create_search_indexes, db_errors, drop_index_tables, table
+from .schema import create_index_tables, create_search_indexes, db_errors, drop_index_tables, scalar, table
 from .store import PostgresReader, Snapshot
 from ..report import IngestReport
 from ..upsert import StoredChunk, chunk_documents, plan_upsert
@@ -190,8 +190,9 @@ class PostgresStore(PostgresReader):
         before: set[str] = set()
         if index_id is not None:
             t = table(self.schema, "chunks", index_id)
+            args: tuple[Any, ...] = ()
             if self._replace_all:
-                where, args = "TRUE", ()
+                where = "TRUE"
             else:
                 before = set(src_map.get(root, [])) if root is not None else set()
                 where, args = "doc_id = ANY(%s)", (list(set(new_by_doc) | before),)
@@ -250,12 +251,12 @@ class PostgresStore(PostgresReader):
                 if row is None:
                     uid = hashlib.sha256(f"{self.name}:{time.time_ns()}".encode()).hexdigest()[:12]
                     now = time.time()
-                    index_id = int(conn.execute(sql.SQL("""INSERT INTO {}.indexes (name, uid, embedding_model,
+                    index_id = int(scalar(conn.execute(sql.SQL("""INSERT INTO {}.indexes (name, uid, embedding_model,
                         embedding_dim, chunker, analyzer, content_version, hnsw, created_at, updated_at)
                         VALUES (%s, %s, %s, %s, %s, %s, '', %s, %s, %s) RETURNING id""").format(s), (
                         self.name, uid, m["embedding_model"], int(m["embedding_dim"]), Jsonb(self.chunker.settings()),
                         Jsonb(m["analyzer"]), Jsonb({"m": pg.hnsw_m, "ef_construction": pg.hnsw_ef_construction}),
-                        now, now)).fetchone()[0])
+                        now, now))))
                     create_index_tables(conn, self.schema, index_id, int(m["embedding_dim"]))
                     rev, fresh, prev_n, prev_len = 0, True, 0, 0
                 else:
@@ -282,8 +283,8 @@ class PostgresStore(PostgresReader):
                         delta[term] -= 1
                 if plan.inserts:
                     seq = table(self.schema, "rowseq", index_id)
-                    last = int(conn.execute(sql.SQL("SELECT setval(%s::regclass, nextval(%s::regclass) + %s - 1)"),
-                                            (seq.as_string(conn), seq.as_string(conn), len(plan.inserts))).fetchone()[0])
+                    last = int(scalar(conn.execute(sql.SQL("SELECT setval(%s::regclass, nextval(%s::regclass) + %s - 1)"),
+                                            (seq.as_string(conn), seq.as_string(conn), len(plan.inserts)))))
                     first = last - len(plan.inserts) + 1
                     with conn.cursor().copy(sql.SQL("""COPY {} (row_id, chunk_id, doc_id, source, position,
                             n_tokens, text, metadata, dl, embedding, valid_from) FROM STDIN (FORMAT BINARY)""")
@@ -321,8 +322,8 @@ class PostgresStore(PostgresReader):
                                           pg.build_memory_mb)
                 n_chunks = (len(plan.inserts) if fresh else prev_n - closed_n + len(plan.inserts))
                 total_len = prev_len - closed_len + sum(len(t) for t in terms_of)
-                avg_idf = float(conn.execute(sql.SQL("""SELECT coalesce(avg(ln((%s - df + 0.5) / (df + 0.5))), 0)
-                    FROM {} WHERE valid_to IS NULL""").format(terms_t), (float(n_chunks),)).fetchone()[0])
+                avg_idf = float(scalar(conn.execute(sql.SQL("""SELECT coalesce(avg(ln((%s - df + 0.5) / (df + 0.5))), 0)
+                    FROM {} WHERE valid_to IS NULL""").format(terms_t), (float(n_chunks),))))
                 version = content_version(uid, new)
                 now = time.time()
                 conn.execute(sql.SQL("INSERT INTO {}.revisions VALUES (%s, %s, %s, %s, %s, %s)").format(s),
