@@ -57,3 +57,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"{len(_SKIPPED)} test(s) skipped: install the missing component "
                                     "(bash .ci/install), or set RAGBUDGET_ALLOW_SKIPS=1 to run what is available")
+
+
+@pytest.fixture()
+def documents(shared_data: Path) -> list:
+    """40 Cranfield abstracts with the metadata the index conformance suite filters on."""
+    import json
+
+    from ragbudget.testing import conformance_documents
+    with open(shared_data / "eval" / "cranfield" / "corpus.jsonl", encoding="utf-8") as f:
+        records = [json.loads(line) for _, line in zip(range(40), f)]
+    return conformance_documents(records, prefix="cran")

@@ -7,16 +7,15 @@ with two tenants. Import the fixtures into a test module::
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from ragbudget.testing import ScriptedGenerator
 from ragbudget.config import Config, TenantConfig
 from ragbudget.embed.encoder import SentenceTransformerEmbedder
-from ragbudget.llm.base import BaseGenerator
 from ragbudget.pipeline import RAG
 
 N_DOCS = 50
@@ -79,27 +78,6 @@ def wait_job(c: httpx.Client, url: str, timeout_s: float = 60) -> dict:
     raise AssertionError(f"job {url} did not finish")
 
 
-class SlowGenerator(BaseGenerator):
+def SlowGenerator() -> ScriptedGenerator:  # noqa: N802  (reads as the class it used to be)
     """A scripted generator (the true seam): one word every 20 ms, counting what it produced."""
-
-    name = "scripted"
-
-    def __init__(self) -> None:
-        super().__init__("slow")
-        self.produced = 0
-        self.requested = 0
-        self.running = threading.Event()
-        self.finished = threading.Event()
-
-    def _pieces(self, prompt, state, *, max_tokens, temperature, stop, context):
-        self.produced, self.requested = 0, max_tokens
-        self.finished.clear()
-        self.running.set()
-        try:
-            for i in range(max_tokens):
-                time.sleep(0.02)
-                self.produced += 1
-                yield f"w{i} "
-        finally:
-            self.running.clear()
-            self.finished.set()
+    return ScriptedGenerator(model="slow", word_delay_s=0.02)

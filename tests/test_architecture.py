@@ -11,7 +11,7 @@ imports and ``TYPE_CHECKING`` imports included. The folders follow the path of a
     5 stages/      one request: request → admission → answer cache → condense → retrieval → context → generation
     6 adapters/    LlamaIndex and LangChain over the facade (through a protocol, never importing it)
     7 pipeline     the RAG facade
-    8 eval/        evaluators built on the facade
+    8 eval/        evaluators built on the facade; testing (the shipped fakes and conformance suites)
     9 surfaces     service/, cli/, the package's __init__ and __main__
 """
 
@@ -34,7 +34,7 @@ LAYERS: dict[str, int] = {
     "stages": 5,
     "adapters": 6,
     "pipeline": 7,
-    "eval": 8,
+    "eval": 8, "testing": 8,
     "service": 9, "cli": 9, "__init__": 9, "__main__": 9,
 }
 

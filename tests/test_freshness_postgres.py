@@ -13,6 +13,8 @@ from pg_fixture import pg_config, pg_server  # noqa: F401  (pytest fixtures)
 
 from ragbudget.pipeline import RAG
 
+pytestmark = pytest.mark.slow  # real engines or servers: `-m "not slow"` skips them in a quick loop
+
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "ragbudget" / "sample_docs"
 
 

@@ -7,7 +7,7 @@ import pytest
 from ragbudget.config import Config
 from ragbudget.index.local.backend import LocalBackend
 
-from index_conformance import IndexConformance
+from ragbudget.testing import IndexConformance
 
 
 class TestLocalBackend(IndexConformance):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from index_conformance import IndexConformance
+from ragbudget.testing import IndexConformance
 from pg_fixture import pg_config, pg_server  # noqa: F401  (pytest fixtures)
+
+pytestmark = pytest.mark.slow  # real engines or servers: `-m "not slow"` skips them in a quick loop
 
 
 class TestPostgresBackend(IndexConformance):
@@ -34,15 +36,13 @@ def _ranked(store, query: str, k: int = 10) -> list[tuple[str, float]]:
     return [(c.id, round(s, 4)) for c, s in store.search_sparse(query, k)]
 
 
-def test_sparse_reads_each_terms_highest_impact_postings(pg_config, embedder):  # noqa: F811
+def test_sparse_reads_each_terms_highest_impact_postings(pg_config, embedder, documents):  # noqa: F811
     """Impact-ordered sparse search: with room for every posting it ranks exactly as reading them all; with
     3 per term the candidates are each term's 3 highest-impact postings (ties by row id), scored exactly."""
     from psycopg import sql
 
-    from index_conformance import cranfield_docs
-
     b_exact, exact = _open(pg_config, embedder, 0)
-    exact.add_documents(cranfield_docs(), embedder)
+    exact.add_documents(documents, embedder)
     b_all, roomy = _open(pg_config, embedder, 10_000)
     b_few, few = _open(pg_config, embedder, 3)
     try:

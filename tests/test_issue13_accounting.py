@@ -8,40 +8,19 @@ seam) so a test can make a tier fail, refuse or fit only a small window.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import pytest
 
+from ragbudget.testing import ScriptedGenerator
 from ragbudget import RAG
 from ragbudget.stages.accounting import cite
 from ragbudget.config import Config
 from ragbudget.errors import AdmissionError, BackendUnavailableError
 from ragbudget.eval.replay import RequestResult, fill_from_answer, summarize
-from ragbudget.llm.base import BaseGenerator, StreamState
-from ragbudget.types import Chunk, Prompt, Scored
+from ragbudget.types import Chunk, Scored
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "ragbudget" / "sample_docs"
 Q = "Which layers does ragbudget cache and where can caches live?"
-
-
-class Scripted(BaseGenerator):
-    """Answers with ``text`` (or raises it when it is an exception); records every prompt it was sent."""
-
-    name = "scripted"
-
-    def __init__(self, text: object) -> None:
-        super().__init__(model="scripted")
-        self.text = text
-        self.calls: list[Prompt] = []
-
-    def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
-                stop: Sequence[str] | None, context: Sequence[Scored] | None) -> Iterator[str]:
-        self.calls.append(prompt)
-        if isinstance(self.text, Exception):
-            raise self.text
-        state.prompt_tokens = prompt.total_tokens
-        for w in str(self.text).split(" "):
-            yield w + " "
 
 
 def _cfg(tmp_path: Path, **over) -> Config:
@@ -75,7 +54,7 @@ def _scripted_rag(tmp_path, embedder, gens: dict, **over) -> RAG:
 
 # ------------------------------------------------------------------ a hit is not model usage
 def test_cache_hit_uses_no_model_tokens_and_reports_what_it_saved(tmp_path, embedder):
-    gens = {"small": Scripted("Caches live in memory, SQLite or Redis [1]."), "large": Scripted("x [1].")}
+    gens = {"small": ScriptedGenerator("Caches live in memory, SQLite or Redis [1]."), "large": ScriptedGenerator("x [1].")}
     r = _scripted_rag(tmp_path, embedder, gens, **_tiers(), **{"llm.router.enabled": False})
     fresh = r.query(Q)
     assert fresh.cache_layer is None and fresh.usage.prompt_tokens > 0
@@ -119,7 +98,7 @@ def test_fallback_and_extractive_substitute_answers_are_not_cached(tmp_path, emb
     over = {"llm.tiers": [{"name": "extractive", "backend": "extractive", "model": "extractive"},
                           {"name": "model", "backend": "scripted", "model": "m"}],
             "llm.router.enabled": False}
-    r = _scripted_rag(tmp_path, embedder, {"model": Scripted(BackendUnavailableError("down"))}, **over)
+    r = _scripted_rag(tmp_path, embedder, {"model": ScriptedGenerator(BackendUnavailableError("down"))}, **over)
     a = r.query(Q)
     assert a.extractive and a.ledger.route["fallbacks"] == ["model"]
     assert "not_cached:fallback" in a.ledger.flags
@@ -130,8 +109,8 @@ def test_fallback_and_extractive_substitute_answers_are_not_cached(tmp_path, emb
 
 # ------------------------------------------------------------------ refit and citations tell the truth
 def test_after_a_window_refit_ledger_context_and_citations_describe_what_was_sent(tmp_path, embedder):
-    small = Scripted("Caches live in memory, SQLite or Redis [1].")
-    gens = {"small": small, "large": Scripted(BackendUnavailableError("down"))}
+    small = ScriptedGenerator("Caches live in memory, SQLite or Redis [1].")
+    gens = {"small": small, "large": ScriptedGenerator(BackendUnavailableError("down"))}
     over = {"llm.router.enabled": False, "budget.system.cap": 128, "budget.history.cap": 64,
             "budget.retrieved.cap": 600, "budget.question.cap": 128, "budget.output.cap": 128,
             "trim.adaptive": False}  # the first prompt fills 600 retrieved tokens: over the small window
@@ -165,7 +144,7 @@ def test_an_answer_without_markers_does_not_cite_the_whole_context():
 
 
 def test_pipeline_answer_with_no_marker_cites_nothing_and_says_so(tmp_path, embedder):
-    gens = {"small": Scripted("Llamas enjoy the weather."), "large": Scripted("Llamas enjoy the weather.")}
+    gens = {"small": ScriptedGenerator("Llamas enjoy the weather."), "large": ScriptedGenerator("Llamas enjoy the weather.")}
     r = _scripted_rag(tmp_path, embedder, gens, **_tiers(), **{"llm.router.enabled": False})
     a = r.query(Q)
     assert a.context and a.citations == [] and "uncited" in a.ledger.flags
@@ -185,7 +164,7 @@ def test_level_2_skips_the_reranker(rag):
 
 
 def test_level_3_uses_the_small_model_and_does_not_escalate(tmp_path, embedder):
-    small, large = Scripted("I'm sorry, I cannot say."), Scripted("Caches live in memory [1].")
+    small, large = ScriptedGenerator("I'm sorry, I cannot say."), ScriptedGenerator("Caches live in memory [1].")
     r = _scripted_rag(tmp_path, embedder, {"small": small, "large": large}, **_tiers(),
                       **{"llm.router.difficulty_threshold": 0.0})  # every question is "hard" → large
     assert r.query(Q, tenant="a").route == "large"
@@ -197,7 +176,7 @@ def test_level_3_uses_the_small_model_and_does_not_escalate(tmp_path, embedder):
 
 
 def test_level_4_answers_extractively_without_any_model(tmp_path, embedder):
-    small, large = Scripted("model [1]."), Scripted("model [1].")
+    small, large = ScriptedGenerator("model [1]."), ScriptedGenerator("model [1].")
     r = _scripted_rag(tmp_path, embedder, {"small": small, "large": large}, **_tiers())
     a = r.query(Q, degrade_level=4)
     assert a.extractive and a.route == "extractive" and not small.calls and not large.calls

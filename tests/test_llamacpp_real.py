@@ -24,6 +24,8 @@ from ragbudget.llm import LlamaCppGenerator, make_generator, make_prompt
 from ragbudget.llm.llamacpp_guard import check_cpu_support, system_info, uses_amx
 from ragbudget.types import FinalEvent, TokenEvent
 
+pytestmark = pytest.mark.slow  # real engines or servers: `-m "not slow"` skips them in a quick loop
+
 llama_cpp = pytest.importorskip("llama_cpp")
 
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval" / "squad2"

@@ -21,6 +21,8 @@ from nbclient import NotebookClient
 from ragbudget import load_config
 from ragbudget.eval.cache_eval import evaluate_pairs, load_pairs
 
+pytestmark = pytest.mark.slow  # real engines or servers: `-m "not slow"` skips them in a quick loop
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 KERNEL = "ragbudget-test"
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-import ragbudget.stages.context as context_mod
+import ragbudget.budget.fit as fit_mod
+from ragbudget.testing import ScriptedGenerator
 from ragbudget import RAG
 from ragbudget.cli import main as cli_main
 from ragbudget.config import Config
 from ragbudget.errors import IndexNotFoundError, IngestError, QueryError
-from ragbudget.llm.base import BaseGenerator
 from ragbudget.types import Answer, FinalEvent, ProgressEvent, TokenEvent
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "ragbudget" / "sample_docs"
@@ -139,14 +137,14 @@ def test_degrade_levels_shrink_work(rag):
     assert small.ledger.sections["retrieved"].budget < normal.ledger.sections["retrieved"].budget
     assert small.ledger.degrade_level == 1
     seen: list[object] = []
-    real_rerank = context_mod.rerank_items
+    real_rerank = fit_mod.rerank
 
     def spy(question, items, scorer, cfg):  # records which scorer the builder hands the real rerank
         seen.append(scorer)
         return real_rerank(question, items, scorer, cfg)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(context_mod, "rerank_items", spy)
+        mp.setattr(fit_mod, "rerank", spy)
         rag.query(q + " (normal)", tenant="n2")
         no_rerank = rag.query(q + " (degraded)", tenant="d2", degrade_level=2)
     assert seen[0] is not None and seen[-1] is None  # level 2 runs no reranker model at all
@@ -177,32 +175,10 @@ async def test_astream_chunks_group_ready_events_in_order(rag):
     assert isinstance(again[-1], FinalEvent) and again[-1].answer.answer == flat[-1].answer.answer
 
 
-class ScriptedGenerator(BaseGenerator):
-    """A scripted engine (the generator seam): one word every 10 ms, counting what it produced."""
-
-    name = "scripted"
-
-    def __init__(self) -> None:
-        super().__init__("scripted")
-        self.produced = 0
-        self.requested = 0
-        self.finished = threading.Event()
-
-    def _pieces(self, prompt, state, *, max_tokens, temperature, stop, context, **sampling):
-        self.produced, self.requested = 0, max_tokens
-        try:
-            for i in range(max_tokens):
-                time.sleep(0.01)
-                self.produced += 1
-                yield f"w{i} "
-        finally:
-            self.finished.set()
-
-
 async def test_astream_consumer_leaving_early_cancels(tmp_path, embedder):
     cfg = _cfg(tmp_path, **{"llm.tiers": [{"name": "s", "backend": "scripted", "model": "scripted"}],
                             "cache.response": False})
-    gen = ScriptedGenerator()
+    gen = ScriptedGenerator(word_delay_s=0.01)
     r = RAG(cfg, index="docs", embedder=embedder, generators={"s": gen})
     try:
         r.ingest(SAMPLE_DOCS)

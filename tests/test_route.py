@@ -6,48 +6,19 @@ engine on a generated GGUF.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import pytest
 
+from ragbudget.testing import ScriptedGenerator
 from ragbudget.config import LLMConfig, RouterConfig, TierConfig
-from ragbudget.errors import BackendUnavailableError, PartialGenerationError, RoutingError
+from ragbudget.errors import BackendUnavailableError, RoutingError
 from ragbudget.llm import LlamaCppGenerator, make_prompt
-from ragbudget.llm.base import BaseGenerator, StreamState
 from ragbudget.route import CircuitBreaker, Router
 from ragbudget.types import Chunk, Prompt, Scored
 
 CTX = [Scored(Chunk(id="c1", doc_id="d1", text="The Eiffel Tower is in Paris. It was completed in 1889."),
               score=0.9, rerank_score=0.8)]
-
-
-class Scripted(BaseGenerator):
-    """Plays a script per call: a string (the answer), an exception, or ("sleep", s, text)."""
-
-    name = "scripted"
-
-    def __init__(self, *script: object) -> None:
-        super().__init__(model="scripted")
-        self.script = list(script)
-        self.calls: list[Prompt] = []
-
-    def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
-                stop: Sequence[str] | None, context: Sequence[Scored] | None) -> Iterator[str]:
-        self.calls.append(prompt)
-        step = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-        if isinstance(step, tuple) and step[0] == "sleep":
-            time.sleep(step[1])
-            step = step[2]
-        if isinstance(step, tuple) and step[0] == "partial":
-            yield step[1]
-            raise PartialGenerationError("broke", partial_text=step[1])
-        if isinstance(step, Exception):
-            raise step
-        state.prompt_tokens = prompt.total_tokens
-        for w in str(step).split(" "):
-            yield w + " "
 
 
 def cfg(small_window: int = 4096, **router: object) -> LLMConfig:
@@ -67,7 +38,7 @@ GOOD = "The Eiffel Tower was completed in 1889 in Paris."
 
 
 def test_easy_question_goes_small_hard_goes_large() -> None:
-    small, large = Scripted(GOOD), Scripted(GOOD)
+    small, large = ScriptedGenerator(GOOD), ScriptedGenerator(GOOD)
     r = Router(cfg(), generators={"small": small, "large": large})
     easy = r.generate(prompt(), question="When was the Eiffel Tower completed?", max_tokens=50, context=CTX)
     assert easy.decision.tier == "small" and "small" in easy.decision.reason and not easy.decision.escalated
@@ -80,13 +51,13 @@ def test_easy_question_goes_small_hard_goes_large() -> None:
 
 
 def test_low_retrieval_confidence_raises_difficulty() -> None:
-    r = Router(cfg(), generators={"small": Scripted(GOOD), "large": Scripted(GOOD)})
+    r = Router(cfg(), generators={"small": ScriptedGenerator(GOOD), "large": ScriptedGenerator(GOOD)})
     q = "When was the tower completed?"
     assert r.difficulty(q, confidence=0.05) > r.difficulty(q, confidence=0.9)
 
 
 def test_window_too_small_is_never_chosen() -> None:
-    small, large = Scripted(GOOD), Scripted(GOOD)
+    small, large = ScriptedGenerator(GOOD), ScriptedGenerator(GOOD)
     r = Router(cfg(small_window=256), generators={"small": small, "large": large})
     out = r.generate(prompt(300), question="When?", max_tokens=50, context=CTX)
     assert out.decision.tier == "large" and "too small" in out.decision.reason and not small.calls
@@ -95,19 +66,19 @@ def test_window_too_small_is_never_chosen() -> None:
 def test_max_tokens_over_tier_limit_is_capped_and_said() -> None:
     conf = cfg()
     conf.tiers[0].max_output_tokens = 64
-    r = Router(conf, generators={"small": Scripted(GOOD), "large": Scripted(GOOD)})
+    r = Router(conf, generators={"small": ScriptedGenerator(GOOD), "large": ScriptedGenerator(GOOD)})
     out = r.generate(prompt(), question="When?", max_tokens=500, context=CTX)
     assert out.decision.tier == "small" and "capped" in out.decision.reason
 
 
 def test_prompt_over_every_window_is_routing_error() -> None:
-    r = Router(cfg(), generators={"small": Scripted(GOOD), "large": Scripted(GOOD)})
+    r = Router(cfg(), generators={"small": ScriptedGenerator(GOOD), "large": ScriptedGenerator(GOOD)})
     with pytest.raises(RoutingError, match="over every tier's window"):
         r.generate(prompt(20000), question="When?", max_tokens=50)
 
 
 def test_fallback_to_smaller_window_refits_context() -> None:
-    small, large = Scripted(GOOD), Scripted(BackendUnavailableError("down"))
+    small, large = ScriptedGenerator(GOOD), ScriptedGenerator(BackendUnavailableError("down"))
     r = Router(cfg(small_window=512), generators={"small": small, "large": large})
     windows: list[int] = []
 
@@ -124,7 +95,7 @@ def test_fallback_to_smaller_window_refits_context() -> None:
 @pytest.mark.parametrize("bad,why", [("", "empty"), ("I'm sorry, I cannot answer that.", "refusal"),
                                      ("Bananas grow on tall herbaceous plants everywhere.", "low grounding")])
 def test_failed_check_escalates(bad: str, why: str) -> None:
-    small, large = Scripted(bad), Scripted(GOOD)
+    small, large = ScriptedGenerator(bad), ScriptedGenerator(GOOD)
     r = Router(cfg(), generators={"small": small, "large": large})
     out = r.generate(prompt(), question="When was it completed?", max_tokens=50, context=CTX)
     d = out.decision
@@ -134,49 +105,49 @@ def test_failed_check_escalates(bad: str, why: str) -> None:
 
 
 def test_escalation_can_be_disabled() -> None:
-    r = Router(cfg(escalate_on_failed_check=False), generators={"small": Scripted(""), "large": Scripted(GOOD)})
+    r = Router(cfg(escalate_on_failed_check=False), generators={"small": ScriptedGenerator(""), "large": ScriptedGenerator(GOOD)})
     assert r.generate(prompt(), question="When?", max_tokens=50, context=CTX).decision.tier == "small"
 
 
 def test_error_falls_back_then_all_down_is_clean_error() -> None:
-    small, large = Scripted(BackendUnavailableError("refused")), Scripted(GOOD)
+    small, large = ScriptedGenerator(BackendUnavailableError("refused")), ScriptedGenerator(GOOD)
     r = Router(cfg(), generators={"small": small, "large": large})
     out = r.generate(prompt(), question="When?", max_tokens=50, context=CTX)
     assert out.decision.tier == "large" and out.decision.fallbacks == ["small"]
     assert "refused" in out.decision.errors[0]
-    r2 = Router(cfg(), generators={"small": Scripted(BackendUnavailableError("a")),
-                                   "large": Scripted(BackendUnavailableError("b"))})
+    r2 = Router(cfg(), generators={"small": ScriptedGenerator(BackendUnavailableError("a")),
+                                   "large": ScriptedGenerator(BackendUnavailableError("b"))})
     with pytest.raises(BackendUnavailableError, match="every tier failed"):
         r2.generate(prompt(), question="When?", max_tokens=50)
 
 
 def test_first_token_timeout_falls_back_without_hanging() -> None:
-    small, large = Scripted(("sleep", 3.0, GOOD)), Scripted(GOOD)
+    small, large = ScriptedGenerator(("sleep", 3.0, GOOD)), ScriptedGenerator(GOOD)
     r = Router(cfg(), generators={"small": small, "large": large})
     out = r.generate(prompt(), question="When?", max_tokens=50, context=CTX)
     assert out.decision.tier == "large" and "first-token timeout" in out.decision.errors[0]
 
 
 def test_partial_everywhere_is_marked_partial() -> None:
-    r = Router(cfg(), generators={"small": Scripted(("partial", "The tower")),
-                                  "large": Scripted(BackendUnavailableError("down"))})
+    r = Router(cfg(), generators={"small": ScriptedGenerator(("partial", "The tower")),
+                                  "large": ScriptedGenerator(BackendUnavailableError("down"))})
     out = r.generate(prompt(), question="When?", max_tokens=50, context=CTX)
     assert out.generation.partial and out.decision.partial and out.generation.text == "The tower"
 
 
 def test_stream_falls_back_before_first_token_and_marks_partial_after() -> None:
-    r = Router(cfg(), generators={"small": Scripted(BackendUnavailableError("x")), "large": Scripted(GOOD)})
+    r = Router(cfg(), generators={"small": ScriptedGenerator(BackendUnavailableError("x")), "large": ScriptedGenerator(GOOD)})
     s = r.stream(prompt(), question="When?", max_tokens=50, context=CTX)
     assert "".join(e.text for e in s).strip() == GOOD
     assert s.routed.decision.tier == "large" and s.routed.decision.fallbacks == ["small"]
-    r2 = Router(cfg(), generators={"small": Scripted(("partial", "The tower")), "large": Scripted(GOOD)})
+    r2 = Router(cfg(), generators={"small": ScriptedGenerator(("partial", "The tower")), "large": ScriptedGenerator(GOOD)})
     s2 = r2.stream(prompt(), question="When?", max_tokens=50, context=CTX)
     assert [e.text for e in s2] == ["The tower"]
     assert s2.routed.generation.partial and s2.routed.decision.partial
 
 
 def test_stream_with_escalation_holds_small_tokens() -> None:
-    small, large = Scripted("I'm sorry, I cannot answer that."), Scripted(GOOD)
+    small, large = ScriptedGenerator("I'm sorry, I cannot answer that."), ScriptedGenerator(GOOD)
     r = Router(cfg(), generators={"small": small, "large": large})
     s = r.stream(prompt(), question="When?", max_tokens=50, context=CTX, escalate=True)
     assert "".join(e.text for e in s).strip() == GOOD  # the refusal never reached the client
@@ -188,7 +159,7 @@ def test_stream_with_escalation_holds_small_tokens() -> None:
 
 
 async def test_async_twins() -> None:
-    r = Router(cfg(), generators={"small": Scripted(GOOD), "large": Scripted(GOOD)})
+    r = Router(cfg(), generators={"small": ScriptedGenerator(GOOD), "large": ScriptedGenerator(GOOD)})
     out = await r.agenerate(prompt(), question="When?", max_tokens=50, context=CTX)
     assert out.decision.tier == "small"
     st = await r.astream(prompt(), question="When?", max_tokens=50, context=CTX)
@@ -215,7 +186,7 @@ def test_circuit_breaker_opens_and_half_opens() -> None:
 
 def test_router_skips_open_breaker() -> None:
     now = [0.0]
-    small, large = Scripted(BackendUnavailableError("down")), Scripted(GOOD)
+    small, large = ScriptedGenerator(BackendUnavailableError("down")), ScriptedGenerator(GOOD)
     r = Router(cfg(breaker_failures=2, breaker_reset_s=30), generators={"small": small, "large": large},
                clock=lambda: now[0])
     for _ in range(2):
@@ -230,9 +201,9 @@ def test_router_skips_open_breaker() -> None:
 
 
 def test_handlers_answer_without_model() -> None:
-    small = Scripted(GOOD)
+    small = ScriptedGenerator(GOOD)
     r = Router(cfg(faq={"What are your opening hours?": "9 to 5."}), generators={"small": small,
-                                                                               "large": Scripted(GOOD)})
+                                                                               "large": ScriptedGenerator(GOOD)})
     assert r.handle("What is 12 * 12?").generation.text == "144"
     faq = r.handle("what are your opening hours")
     assert faq.decision.tier == "handler:faq" and faq.generation.text == "9 to 5."
@@ -241,7 +212,7 @@ def test_handlers_answer_without_model() -> None:
 
 def test_unknown_generator_name_is_error() -> None:
     with pytest.raises(RoutingError, match="unknown tiers"):
-        Router(cfg(), generators={"medium": Scripted(GOOD)})
+        Router(cfg(), generators={"medium": ScriptedGenerator(GOOD)})
 
 
 def test_escalates_from_extractive_to_real_llamacpp(tiny_gguf: Path) -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real engines or servers: `-m "not slow"` skips them in a quick loop
+
 REPO = Path(__file__).resolve().parents[1]
 EVAL = REPO.parent / "shared" / "data" / "eval"
 

@@ -18,9 +18,9 @@ from pydantic import Field, PrivateAttr
 
 from ..config import Config
 from ..errors import QueryError
-from ..retrieval.rerank import Reranker, rerank
+from ..retrieval.rerank import Reranker
 from ..kernels.tokens import Tokenizer
-from ..budget.trim import SentencePlan
+from ..budget.fit import plan_context
 from ..types import Chunk, Scored
 
 
@@ -66,12 +66,10 @@ class BudgetPostprocessor(BaseNodePostprocessor):
                            query_bundle: Optional[QueryBundle] = None) -> list[NodeWithScore]:
         query = query_bundle.query_str if query_bundle else ""
         items = [from_node(n, i) for i, n in enumerate(nodes)]
-        ranked = rerank(query, items, self._reranker if query else None, self._config.rerank)
-        plan = SentencePlan.build(query, ranked.kept, self._tokenizer, self._reranker if query else None,
-                                  self._config.trim)
-        res = plan.pack(self.budget, self._config.trim, self._tokenizer)
+        fit = plan_context(query, items, self._tokenizer, self._reranker, self._config)
+        res = fit.pack(self.budget)
         self.last_ledger = {"budget": self.budget, "used": res.used, "items_in": len(res.kept),
-                            "dropped": ranked.dropped + res.dropped, "compressed": res.compressed}
+                            "dropped": fit.ranked.dropped + res.dropped, "compressed": res.compressed}
         return [to_node(s) for s in res.kept]
 
 

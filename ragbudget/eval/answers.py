@@ -23,11 +23,11 @@ from ..embed.encoder import Embedder
 from ..errors import IngestError
 from ..index import HybridIndex
 from ..ingest import load_path
-from ..retrieval.rerank import Reranker, rerank
+from ..retrieval.rerank import Reranker
 from ..retrieval.search import HybridRetriever
 from ..kernels.stats import percentile
 from ..kernels.tokens import Tokenizer
-from ..budget.trim import SentencePlan
+from ..budget.fit import plan_context
 from ..types import Scored
 
 SEP = "\n\n"
@@ -128,12 +128,11 @@ def evaluate_answers(folder: str | Path, cfg: Config, embedder: Embedder, rerank
     try:
         for qi, q in enumerate(questions):
             found = retriever.retrieve(q["text"], k=k)
-            ranked = rerank(q["text"], found, reranker, cfg.rerank).kept
-            plan = SentencePlan.build(q["text"], ranked, tok, reranker, cfg.trim,
-                                      terms=index.sparse.analyzer.terms, term_weights=index.sparse.idf)
+            plan = plan_context(q["text"], found, tok, reranker, cfg, terms=index.sparse.analyzer.terms,
+                                term_weights=index.sparse.idf)
             dense = retriever.retrieve(q["text"], k=k, mode="dense") if baseline else []
             for b in budgets:
-                res = plan.pack(b, cfg.trim, tok)
+                res = plan.pack(b)
                 text = SEP.join(s.chunk.text for s in res.kept)
                 hits.setdefault(("budgeted", b), []).append(contains_answer(text, q["answers"]))
                 toks.setdefault(("budgeted", b), []).append(tok.count(text))

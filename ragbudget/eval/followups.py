@@ -27,10 +27,10 @@ from typing import Any, Callable, Sequence
 from ..stages.condense import condense
 from ..config import Config
 from ..embed.encoder import Embedder
-from ..retrieval.rerank import Reranker, rerank
+from ..retrieval.rerank import Reranker
 from ..retrieval.search import HybridRetriever
 from ..kernels.tokens import Tokenizer
-from ..budget.trim import SentencePlan
+from ..budget.fit import plan_context
 from ..kernels.sentences import split_sentences
 from .answers import SEP, build_index, contains_answer
 from .history_eval import as_messages, load_canard
@@ -93,10 +93,9 @@ def evaluate_followups(path: str | Path, cfg: Config, embedder: Embedder, rerank
             for kind, text in (("raw", q["raw"]), ("condensed", c.query), ("gold", q["gold"])):
                 found = retriever.retrieve(text, k=max(k, n_cand))
                 stats[kind]["recall"].append(any(contains_answer(s.chunk.text, q["answers"]) for s in found[:k]))
-                ranked = rerank(text, found[:n_cand], reranker, cfg.rerank).kept
-                plan = SentencePlan.build(text, ranked, tok, reranker, cfg.trim, terms=index.sparse.analyzer.terms,
-                                          term_weights=index.sparse.idf)
-                ctx = SEP.join(s.chunk.text for s in plan.pack(budget, cfg.trim, tok).kept)
+                plan = plan_context(text, found[:n_cand], tok, reranker, cfg, terms=index.sparse.analyzer.terms,
+                                    term_weights=index.sparse.idf)
+                ctx = SEP.join(s.chunk.text for s in plan.pack(budget).kept)
                 stats[kind]["aic"].append(contains_answer(ctx, q["answers"]))
                 stats[kind]["tokens"].append(tok.count(ctx))
             if progress:

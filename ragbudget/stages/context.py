@@ -23,10 +23,10 @@ from ..budget.history import Summarize, coerce_history, fit_history
 from ..retrieval.registry import LoadedIndex
 from .prompt import PrefixMonitor, build_prompt, doc_header, prefix_parts, static_prefix
 from ..retrieval.rerank import Reranker
-from ..retrieval.rerank import rerank as rerank_items
 from .request import QueryRequest
 from ..kernels.tokens import Tokenizer
-from ..budget.trim import SentencePlan, TermsFn, WeightsFn
+from ..budget.fit import plan_context
+from ..budget.trim import TermsFn, WeightsFn
 from ..types import Allocation, Ledger, Prompt, Scored, Timings
 
 log = logging.getLogger("ragbudget")
@@ -129,21 +129,19 @@ class ContextBuilder:
         rs.budget = alloc.retrieved
         items = self._clean(retrieved, rs.notes, rs.dropped)
         timings["budget"] = (time.perf_counter() - t_budget) * 1000
-        t0 = time.perf_counter()
-        ranked = rerank_items(question, items, scorer, cfg.rerank)
-        timings["rerank"] = (time.perf_counter() - t0) * 1000
+        fit = plan_context(question, items, self.tokenizer, scorer, cfg, terms=terms, term_weights=term_weights)
+        ranked = fit.ranked
+        timings["rerank"] = fit.rerank_ms
         rs.dropped.extend(ranked.dropped)
         overhead = max(self.tokenizer.count(doc_header(len(ranked.kept) or 1, s)) for s in ranked.kept) + 2 \
             if ranked.kept else 0
         room = max(alloc.retrieved - self._docs_overhead, 0)
         t0 = time.perf_counter()
-        plan = SentencePlan.build(question, ranked.kept, self.tokenizer, scorer, cfg.trim, terms=terms,
-                                  term_weights=term_weights)
-        trimmed = plan.pack(room, cfg.trim, self.tokenizer, overhead_per_chunk=overhead)
+        trimmed = fit.pack(room, overhead_per_chunk=overhead)
         rs.stop = trimmed.stop
         if trimmed.stop_note:
             rs.notes.append(trimmed.stop_note)
-        timings["trim"] = (time.perf_counter() - t0) * 1000
+        timings["trim"] = fit.plan_ms + (time.perf_counter() - t0) * 1000
         rs.dropped.extend(trimmed.dropped)
         rs.compressed.extend(trimmed.compressed)
         if not trimmed.kept:

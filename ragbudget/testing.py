@@ -1,49 +1,101 @@
-"""The conformance suite every index backend passes (``ragbudget.index.base``).
+"""What ships for testing code built on ragbudget, the way Haystack ships its document-store tests.
 
-A backend's test module subclasses :class:`IndexConformance` and provides a ``backend`` fixture (a fresh,
-empty :class:`~ragbudget.index.base.IndexBackend`, closed afterwards). The data is real: Cranfield
-abstracts from ../shared/data, embedded by the bundled MiniLM.
+* :class:`ScriptedGenerator` — a generator that plays a script (answers, errors, pauses, partial output,
+  or one word per requested token): the seam for testing routing, fallbacks, cancellation and accounting
+  without a model.
+* :class:`IndexConformance` — the behaviour every index backend shares (protocols, versions, dense and
+  sparse search, filters before top-k, deletes, updates, one writer, shared job records). A backend's test
+  module subclasses it and provides ``backend``, ``embedder`` and ``documents`` fixtures.
+
+Needs pytest (imported here, not by ``import ragbudget``).
 """
 
 from __future__ import annotations
 
-import json
 import threading
-from pathlib import Path
+import time
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pytest
 
-from ragbudget.errors import IndexBusyError, IndexNotFoundError, QueryError
-from ragbudget.index.base import IndexBackend, IndexStore, JobStore
-from ragbudget.index.filters import parse_filters
-from ragbudget.types import Document
+from .errors import IndexBusyError, IndexNotFoundError, PartialGenerationError, QueryError
+from .index.base import IndexBackend, IndexStore, JobStore
+from .index.filters import parse_filters
+from .llm.base import BaseGenerator, StreamState
+from .types import Document, Prompt, Scored
 
-CRANFIELD = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval" / "cranfield" / "corpus.jsonl"
+WORDS = "<words>"  # a script step: one word ("w0 ", "w1 ", ...) per requested token
 
 
-def cranfield_docs(n: int = 40) -> list[Document]:
-    if not CRANFIELD.is_file():
-        pytest.skip(f"shared data not found at {CRANFIELD}")
+class ScriptedGenerator(BaseGenerator):
+    """Plays ``script``, one step per call (the last step repeats). A step is a string (the answer, one
+    piece per word), an exception (raised), ``("sleep", seconds, step)``, ``("partial", text)`` (yields
+    ``text`` then breaks with a :class:`~ragbudget.errors.PartialGenerationError`) or :data:`WORDS`.
+    ``word_delay_s`` paces every word. Records the prompts (``calls``), and for the current call the words
+    requested and produced, with ``running`` / ``finished`` events."""
+
+    name = "scripted"
+
+    def __init__(self, *script: object, model: str = "scripted", word_delay_s: float = 0.0) -> None:
+        super().__init__(model=model)
+        self.script = list(script) or [WORDS]
+        self.word_delay_s = word_delay_s
+        self.calls: list[Prompt] = []
+        self.produced = 0
+        self.requested = 0
+        self.running = threading.Event()
+        self.finished = threading.Event()
+
+    def _pieces(self, prompt: Prompt, state: StreamState, *, max_tokens: int, temperature: float,
+                stop: Sequence[str] | None, context: Sequence[Scored] | None, top_p: float | None = None,
+                seed: int | None = None) -> Iterator[str]:
+        self.calls.append(prompt)
+        step = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        self.produced, self.requested = 0, max_tokens
+        self.finished.clear()
+        self.running.set()
+        try:
+            if isinstance(step, tuple) and step[0] == "sleep":
+                time.sleep(step[1])
+                step = step[2]
+            if isinstance(step, tuple) and step[0] == "partial":
+                yield step[1]
+                raise PartialGenerationError("broke", partial_text=step[1])
+            if isinstance(step, BaseException):
+                raise step
+            state.prompt_tokens = prompt.total_tokens
+            words = [f"w{i}" for i in range(max_tokens)] if step == WORDS else str(step).split(" ")
+            for w in words:
+                if self.word_delay_s:
+                    time.sleep(self.word_delay_s)
+                self.produced += 1
+                yield w + " "
+        finally:
+            self.running.clear()
+            self.finished.set()
+
+
+def conformance_documents(records: Iterable[Mapping[str, Any]], prefix: str = "doc") -> list[Document]:
+    """Documents for :class:`IndexConformance` from records with ``_id``, ``title`` and ``text`` (a BEIR
+    corpus line): each gets a source path and the ``year`` / ``kind`` metadata the filter tests use."""
     docs = []
-    with open(CRANFIELD, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if i >= n:
-                break
-            r = json.loads(line)
-            docs.append(Document(id=f"cran-{r['_id']}", text=r["text"],
-                                 metadata={"source": f"/corpus/cranfield/{r['_id']}.txt", "title": r["title"],
-                                           "year": 1950 + i % 20, "kind": "even" if i % 2 == 0 else "odd"}))
+    for i, r in enumerate(records):
+        docs.append(Document(id=f"{prefix}-{r['_id']}", text=r["text"],
+                             metadata={"source": f"/corpus/{prefix}/{r['_id']}.txt", "title": r.get("title", ""),
+                                       "year": 1950 + i % 20, "kind": "even" if i % 2 == 0 else "odd"}))
     return docs
 
 
 class IndexConformance:
-    """Behaviour every backend shares. Subclasses provide the ``backend`` fixture."""
+    """Behaviour every backend shares. Subclasses provide three fixtures: ``backend`` (a fresh, empty
+    :class:`~ragbudget.index.base.IndexBackend`, closed afterwards), ``embedder`` and ``documents`` (about 40
+    real documents, see :func:`conformance_documents`)."""
 
     NAME = "conf"
 
     @pytest.fixture
-    def filled(self, backend: IndexBackend, embedder) -> tuple[IndexStore, list[Document]]:
-        docs = cranfield_docs()
+    def filled(self, backend: IndexBackend, embedder, documents) -> tuple[IndexStore, list[Document]]:
+        docs = list(documents)
         store = backend.open(self.NAME, embedder, create=True)
         store.add_documents(docs, embedder)
         return store, docs
