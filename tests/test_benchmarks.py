@@ -47,6 +47,7 @@ SCRIPTS = {
     "cold_ingest": ["before", "after", "data", "--rounds", "--only"],
     "real_headline": ["--n", "--sets", "--n-ctx", "--threads", "--data", "--json", "--write"],
     "llamacpp_threads": ["--tokens", "--rounds", "--threads", "--load"],
+    "context_variants": ["--sets", "--n", "--data", "--work", "--variant"],
 }
 
 
