@@ -35,7 +35,7 @@ from typing import Callable
 
 from ..text import GUARD_STOPWORDS, contrast_tokens, stem
 from . import contrast_lexicon as hand
-from .guards import NEGATIONS, NUMBER_WORDS
+from .wordlists import NEGATIONS, NUMBER_WORDS
 
 WordSimilarity = Callable[[str, str], float]
 """``similarity(word_a, word_b) -> cosine``: optional last evidence for a substituted word pair."""
