@@ -123,19 +123,26 @@ def check(stored: str, new: str, settings: GuardSettings = GuardSettings(),
     """Name of the first guard that rejects serving ``stored``'s answer for ``new``; None if all pass.
 
     ``similarity(word_a, word_b)`` is the optional word-embedding evidence of the contrast check."""
+    return explain(stored, new, settings, similarity).reason
+
+
+def explain(stored: str, new: str, settings: GuardSettings = GuardSettings(),
+            similarity: Callable[[str, str], float] | None = None) -> contrast.Verdict:
+    """:func:`check` with its evidence: numbers, negation and entities are hard refusals (no score
+    overrides them); the contrast verifier's own verdict says which of its refusals are hard."""
     if settings.numbers and numbers(stored) != numbers(new):
-        return "numbers"
+        return contrast.Verdict("numbers", hard=True)
     if settings.negation and negation_count(stored) != negation_count(new):
-        return "negation"
+        return contrast.Verdict("negation", hard=True)
     if settings.entities and (_unmentioned(entities(stored), new) or _unmentioned(entities(new), stored)):
-        return "entities"
+        return contrast.Verdict("entities", hard=True)
     if settings.contrast:
         big = 1 << 30
         cs = contrast.ContrastSettings(max_unmatched=settings.max_unmatched if settings.content else big,
                                        max_unmatched_ratio=settings.max_unmatched_ratio if settings.content else 1.0)
-        return contrast.check(stored, new, cs, similarity)
+        return contrast.explain(stored, new, cs, similarity)
     if settings.content:
         a, b = content_words(stored), content_words(new)
         if _side_unmatched(a, b, settings) or _side_unmatched(b, a, settings):
-            return "content"
-    return None
+            return contrast.Verdict("content")
+    return contrast.Verdict(None)
