@@ -14,7 +14,8 @@ class SemanticCacheConfig(_Section):
     enabled: bool = True
     # Cosine (normalised MiniLM embeddings) a stored question needs; set from the MRPC sweep in
     # BENCHMARKS.md ("Caches (issue 5)") together with the guards below.
-    threshold: float = Field(0.82, ge=0, le=1)
+    # 0.80 with the learned verifier (issue 28; was 0.82): BENCHMARKS.md "Semantic cache that pays".
+    threshold: float = Field(0.80, ge=0, le=1)
     guards: bool = True  # master switch for the lexical guards
     guard_numbers: bool = True
     guard_entities: bool = True
@@ -25,6 +26,15 @@ class SemanticCacheConfig(_Section):
     # Contrast verifier (ragbudget/cache/contrast.py, issue 13): the words in which two questions differ
     # must be evidence of the same question (antonyms, degree, direction, units, roles, substitutions).
     guard_contrast: bool = True
+    # Learned verifier (ragbudget/cache/verifier.py, issue 28): a near miss the contrast verifier refuses
+    # only for lack of evidence (an unexplained substitution, a one-sided modifier, extra words) is served
+    # when the shipped model's probability reaches its threshold ("lexical": refuse them all, as before).
+    # Hard refusals (numbers, negation, entities, antonyms/classes both sides state, role swaps) stay.
+    verifier: Literal["learned", "lexical"] = "learned"
+    verifier_min_score: float | None = Field(None, ge=0, le=1)  # None: the model's own threshold
+    verifier_model: str | None = None  # None: the model shipped in ragbudget/cache/data/verifier.json
+    # Answers found wrong by feedback (SemanticResponseCache.feedback) raise that entry's bar by this much.
+    feedback_step: float = Field(0.05, ge=0, le=1)
     max_entries: int = Field(10000, ge=1)
 
 
