@@ -301,13 +301,12 @@ def explain(stored: str, new: str, settings: ContrastSettings = ContrastSettings
     keys_b = {w.key for w in wb if not w.function}
     one_sided = sum(1 for w in left_a + left_b if one_sided_contrast(w)) + sum(
         1 for w in only_a + only_b if w.text in hand.DEGREE_MARKERS)
-    counts = {"left_a": len(left_a), "left_b": len(left_b), "n_a": len(keys_a), "n_b": len(keys_b),
-              "one_sided": one_sided, "shared": len(keys_a & keys_b)}
+    reason = None
     if left_a and left_b:
-        return Verdict("substitution", **counts)
-    if one_sided:
-        return Verdict("contrast", **counts)
-    for left, n_content in ((left_a, len(keys_a)), (left_b, len(keys_b))):
-        if len(left) > settings.max_unmatched and len(left) > settings.max_unmatched_ratio * max(n_content, 1):
-            return Verdict("content", **counts)
-    return Verdict(None, **counts)
+        reason = "substitution"
+    elif one_sided:
+        reason = "contrast"
+    elif any(len(left) > settings.max_unmatched and len(left) > settings.max_unmatched_ratio * max(n, 1)
+             for left, n in ((left_a, len(keys_a)), (left_b, len(keys_b)))):
+        reason = "content"
+    return Verdict(reason, False, len(left_a), len(left_b), len(keys_a), len(keys_b), one_sided, len(keys_a & keys_b))
