@@ -63,7 +63,7 @@ def _cache(embedder, **cfg) -> SemanticResponseCache:
 
 def test_decisions_say_why_and_reach_the_ledger(embedder):
     cache = _cache(embedder)
-    stored, asked = "How can I lose weight quickly?", "What is the fastest way to lose weight?"
+    stored, asked = "How do I get rid of acne?", "How can I clear up my acne?"
     cache.store(SCOPE, stored, {"answer": "A", "ledger": {"flags": ["old"]}})
     hit, decisions = cache.lookup_explained(SCOPE, asked)
     assert hit is not None and decisions[-1].accepted and decisions[-1].reason == "learned"
@@ -88,12 +88,12 @@ def test_hard_refusals_are_never_scored(embedder):
         cache.store(SCOPE, stored, {"answer": "A"})
         hit, decisions = cache.lookup_explained(SCOPE, asked)
         assert hit is None and decisions and decisions[0].hard and decisions[0].score is None
-    assert cache.stats.snapshot().get("refused_contrast", 0) >= 1
+    assert cache.stats.snapshot()["reasons"]["refused_contrast"] >= 1
 
 
 def test_negative_feedback_raises_that_entrys_bar(embedder):
     cache = _cache(embedder, feedback_step=0.5)
-    stored, asked = "How can I lose weight quickly?", "What is the fastest way to lose weight?"
+    stored, asked = "How do I get rid of acne?", "How can I clear up my acne?"
     cache.store(SCOPE, stored, {"answer": "A"})
     cache.store(SCOPE, "How do I reset my password?", {"answer": "B"})
     hit = cache.lookup(SCOPE, asked)

@@ -16,7 +16,7 @@ best cosines ≥ ``threshold`` (a partial sort, not a full one) and decides each
 
 Every candidate's :class:`Decision` says why it was served or refused (:meth:`lookup_explained`); a served
 answer's ledger carries its decision in ``flags`` ("semantic_hit: ..."), and refusals are counted per
-reason in the layer's stats (``refused_<reason>``). Answers live in the KV backend under their own key, so
+reason in the layer's stats (``reasons``: ``refused_<reason>``, ``accepted_<reason>``). Answers live in the KV backend under their own key, so
 TTL, size bounds and Redis/SQLite sharing apply to them as to exact entries.
 
 The vector index itself is per process: with Redis, a replica serves semantic hits for the questions
@@ -208,7 +208,7 @@ class SemanticResponseCache:
             if not d.accepted:
                 decisions.append(d)
                 self.stats.incr("rejected_by_guard")
-                self.stats.incr(f"refused_{d.reason}")
+                self.stats.count(f"refused_{d.reason}")
                 log.debug("semantic candidate %s", d.describe())
                 continue
             entry = decode_json(self.backend.get(key))
@@ -221,7 +221,7 @@ class SemanticResponseCache:
             if isinstance(ledger, dict):
                 ledger["flags"] = [*(ledger.get("flags") or []), f"semantic_hit: {d.describe()}"]
             self.stats.hit(saved_tokens(record), saved_ms(record))
-            self.stats.incr(f"accepted_{d.reason}")
+            self.stats.count(f"accepted_{d.reason}")
             return CacheHit(record=record, layer=self.layer, key=key, similarity=sim, matched_question=stored_q,
                             decision=d.describe()), decisions
         self.stats.miss()
@@ -245,7 +245,7 @@ class SemanticResponseCache:
                 self._raise[hit.key] = bump
             else:
                 self._raise.pop(hit.key, None)
-        self.stats.incr("feedback_wrong" if not correct else "feedback_right")
+        self.stats.count("feedback_wrong" if not correct else "feedback_right")
 
     def store(self, scope: ResponseScope, question: str, record: Mapping[str, Any],
               embedding: np.ndarray | None = None) -> bool:
