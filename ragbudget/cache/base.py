@@ -56,11 +56,6 @@ class BackendStats:
         with self._lock:
             setattr(self, name, getattr(self, name) + n)
 
-    def count(self, reason: str, n: int = 1) -> None:
-        """Count one decision by reason (see ``reasons``)."""
-        with self._lock:
-            self.reasons[reason] = self.reasons.get(reason, 0) + n
-
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return {k: getattr(self, k) for k in ("gets", "sets", "too_large", "errors", "skipped",
