@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pg_fixture import pg_config, pg_server  # noqa: F401  (pytest fixtures)
 
 from ragbudget.pipeline import RAG

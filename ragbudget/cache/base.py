@@ -74,6 +74,8 @@ class CacheStats:
     rejected_by_guard: int = 0
     tokens_saved: int = 0
     ms_saved: float = 0.0
+    # semantic layer: decisions by reason ("refused_substitution", "accepted_learned", "feedback_wrong", ...)
+    reasons: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def hit(self, tokens: int = 0, ms: float = 0.0) -> None:
@@ -90,6 +92,11 @@ class CacheStats:
         with self._lock:
             setattr(self, name, getattr(self, name) + n)
 
+    def count(self, reason: str, n: int = 1) -> None:
+        """Count one decision by reason (see ``reasons``)."""
+        with self._lock:
+            self.reasons[reason] = self.reasons.get(reason, 0) + n
+
     @property
     def hit_rate(self) -> float:
         total = self.hits + self.misses
@@ -101,7 +108,8 @@ class CacheStats:
             return {"layer": self.layer, "hits": self.hits, "misses": self.misses,
                     "hit_rate": self.hits / total if total else 0.0, "stores": self.stores,
                     "store_failures": self.store_failures, "rejected_by_guard": self.rejected_by_guard,
-                    "tokens_saved": self.tokens_saved, "ms_saved": round(self.ms_saved, 3)}
+                    "tokens_saved": self.tokens_saved, "ms_saved": round(self.ms_saved, 3),
+                    **({"reasons": dict(sorted(self.reasons.items()))} if self.reasons else {})}
 
 
 def encode_json(value: Any) -> bytes:

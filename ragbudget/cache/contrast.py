@@ -35,7 +35,7 @@ from typing import Callable
 
 from ..kernels.text import GUARD_STOPWORDS, contrast_tokens, stem
 from . import contrast_lexicon as hand
-from .guards import NEGATIONS, NUMBER_WORDS
+from .wordlists import NEGATIONS, NUMBER_WORDS
 
 WordSimilarity = Callable[[str, str], float]
 """``similarity(word_a, word_b) -> cosine``: optional last evidence for a substituted word pair."""
@@ -248,18 +248,43 @@ def difference(stored: str, new: str) -> tuple[list[Word], list[Word], list[Word
             [w for w in {w.key: w for w in wb}.values() if w.key in only_b])
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`explain` found: the failing check (None: same question) and the word counts behind it.
+
+    ``hard`` marks a contrast both sides state (an antonym or class pair, tense/modality/person/wh) or a
+    role swap: evidence of a different question that no score may override. The other reasons
+    (``substitution``, a one-sided ``contrast``, ``content``) are absence of evidence; a learned verifier
+    (:mod:`~ragbudget.cache.verifier`) may still accept those near misses."""
+
+    reason: str | None
+    hard: bool = False
+    left_a: int = 0  # content words only the stored question has, after synonyms
+    left_b: int = 0  # ... only the new question has
+    n_a: int = 0  # content words (distinct keys) of the stored question
+    n_b: int = 0
+    one_sided: int = 0  # one-sided degree / class / polar words
+    shared: int = 0  # content keys both sides have
+
+
 def check(stored: str, new: str, settings: ContrastSettings = ContrastSettings(),
           similarity: WordSimilarity | None = None) -> str | None:
     """Name of the check that finds ``new`` asking something else than ``stored``; None if the same."""
+    return explain(stored, new, settings, similarity).reason
+
+
+def explain(stored: str, new: str, settings: ContrastSettings = ContrastSettings(),
+            similarity: WordSimilarity | None = None) -> Verdict:
+    """:func:`check` with the counts behind its answer (see :class:`Verdict`)."""
     wa, wb, only_a, only_b = difference(stored, new)
     if _function_class_contrast(wa, wb):
-        return "contrast"
+        return Verdict("contrast", hard=True)
     for a in only_a:
         for b in only_b:
             if contrast_between(a, b):
-                return "contrast"
+                return Verdict("contrast", hard=True)
     if role_swap(wa, wb):
-        return "role_swap"
+        return Verdict("role_swap", hard=True)
     left_a = [w for w in only_a if not w.function]
     left_b = [w for w in only_b if not w.function]
     spare_a = [w for w in only_a if w.function]  # "get" may stand for "obtain"
@@ -272,13 +297,16 @@ def check(stored: str, new: str, settings: ContrastSettings = ContrastSettings()
                 for pool in (other, spare):
                     if match in pool:
                         pool.remove(match)
+    keys_a = {w.key for w in wa if not w.function}
+    keys_b = {w.key for w in wb if not w.function}
+    one_sided = sum(1 for w in left_a + left_b if one_sided_contrast(w)) + sum(
+        1 for w in only_a + only_b if w.text in hand.DEGREE_MARKERS)
+    reason = None
     if left_a and left_b:
-        return "substitution"
-    if any(one_sided_contrast(w) for w in left_a + left_b) or any(
-            w.text in hand.DEGREE_MARKERS for w in only_a + only_b):
-        return "contrast"
-    for left, side in ((left_a, wa), (left_b, wb)):
-        n_content = len({w.key for w in side if not w.function})
-        if len(left) > settings.max_unmatched and len(left) > settings.max_unmatched_ratio * max(n_content, 1):
-            return "content"
-    return None
+        reason = "substitution"
+    elif one_sided:
+        reason = "contrast"
+    elif any(len(left) > settings.max_unmatched and len(left) > settings.max_unmatched_ratio * max(n, 1)
+             for left, n in ((left_a, len(keys_a)), (left_b, len(keys_b)))):
+        reason = "content"
+    return Verdict(reason, False, len(left_a), len(left_b), len(keys_a), len(keys_b), one_sided, len(keys_a & keys_b))

@@ -25,30 +25,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..kernels.text import GUARD_STOPWORDS, UNICODE_WORD, stem, unicode_words
+from . import contrast
+from .wordlists import NEGATIONS, NUMBER_WORDS
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:/]\d+)*")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;\"“(]\s*)$")
 
-NUMBER_WORDS = {
-    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
-    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13",
-    "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17", "eighteen": "18",
-    "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60",
-    "seventy": "70", "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000",
-    "million": "1e6", "billion": "1e9", "trillion": "1e12", "first": "1st", "second": "2nd",
-    "third": "3rd", "half": "0.5", "dozen": "12", "once": "1x", "twice": "2x",
-}
-
-NEGATIONS = frozenset({
-    "not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor", "without",
-    "cannot", "cant", "can't", "won't", "don't", "doesn't", "didn't", "isn't", "aren't", "wasn't",
-    "weren't", "shouldn't", "wouldn't", "couldn't", "hasn't", "haven't", "hadn't", "mustn't", "unable",
-    "fail", "fails", "failed", "lack", "lacks",
-})
-
 # Capitalised words that open questions or are pronouns/fillers, not entities.
 _NOT_ENTITIES = GUARD_STOPWORDS | {"please", "hi", "hello", "thanks", "mr", "mrs", "ms", "dr", "st"}
-
 
 
 @dataclass(frozen=True)
@@ -139,21 +123,26 @@ def check(stored: str, new: str, settings: GuardSettings = GuardSettings(),
     """Name of the first guard that rejects serving ``stored``'s answer for ``new``; None if all pass.
 
     ``similarity(word_a, word_b)`` is the optional word-embedding evidence of the contrast check."""
-    if settings.numbers and numbers(stored) != numbers(new):
-        return "numbers"
-    if settings.negation and negation_count(stored) != negation_count(new):
-        return "negation"
-    if settings.entities and (_unmentioned(entities(stored), new) or _unmentioned(entities(new), stored)):
-        return "entities"
-    if settings.contrast:
-        from . import contrast  # imports this module's word lists
+    return explain(stored, new, settings, similarity).reason
 
+
+def explain(stored: str, new: str, settings: GuardSettings = GuardSettings(),
+            similarity: Callable[[str, str], float] | None = None) -> contrast.Verdict:
+    """:func:`check` with its evidence: numbers, negation and entities are hard refusals (no score
+    overrides them); the contrast verifier's own verdict says which of its refusals are hard."""
+    if settings.numbers and numbers(stored) != numbers(new):
+        return contrast.Verdict("numbers", hard=True)
+    if settings.negation and negation_count(stored) != negation_count(new):
+        return contrast.Verdict("negation", hard=True)
+    if settings.entities and (_unmentioned(entities(stored), new) or _unmentioned(entities(new), stored)):
+        return contrast.Verdict("entities", hard=True)
+    if settings.contrast:
         big = 1 << 30
         cs = contrast.ContrastSettings(max_unmatched=settings.max_unmatched if settings.content else big,
                                        max_unmatched_ratio=settings.max_unmatched_ratio if settings.content else 1.0)
-        return contrast.check(stored, new, cs, similarity)
+        return contrast.explain(stored, new, cs, similarity)
     if settings.content:
         a, b = content_words(stored), content_words(new)
         if _side_unmatched(a, b, settings) or _side_unmatched(b, a, settings):
-            return "content"
-    return None
+            return contrast.Verdict("content")
+    return contrast.Verdict(None)

@@ -27,6 +27,7 @@ class CacheHit:
     key: str
     similarity: float | None = None
     matched_question: str | None = None
+    decision: str | None = None  # semantic: why it was served (Decision.describe())
 
     def answer(self) -> Answer:
         return Answer.from_dict(self.record, cache_layer=self.layer)

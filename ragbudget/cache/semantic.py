@@ -1,10 +1,23 @@
 """Semantic response cache: a similar question in the same scope gets the stored answer.
 
 Per :class:`~ragbudget.cache.keys.ResponseScope` (everything but the question, conversation state
-included) the layer keeps a small in-process matrix of normalised question embeddings. A lookup takes
-the best cosines ≥ ``threshold`` and serves the first candidate that also passes the lexical guards
-(:mod:`ragbudget.cache.guards`) and the optional verifier hook. Answers live in the KV backend under
-their own key, so TTL, size bounds and Redis/SQLite sharing apply to them as to exact entries.
+included) the layer keeps an in-process matrix of normalised question embeddings (grown by doubling, rows
+removed by swapping in the last, so storing and evicting are O(1) at 100k entries). A lookup takes the
+best cosines ≥ ``threshold`` (a partial sort, not a full one) and decides each candidate in turn:
+
+1. the guards and the contrast verifier (:func:`~ragbudget.cache.guards.explain`). No objection: served
+   ("lexical"). A *hard* objection (numbers, negation, entities, an antonym or class pair both sides state,
+   a role swap): refused, whatever follows.
+2. a *soft* objection (an unexplained substitution, a one-sided modifier, extra words) goes to the learned
+   verifier (:mod:`~ragbudget.cache.verifier`, ``verifier: learned``): served when its probability reaches
+   the model's threshold — raised per entry by negative feedback (:meth:`feedback`, as vCache learns
+   per-entry thresholds online) — else refused.
+3. the optional ``verifier`` hook has the last say on a candidate that passed.
+
+Every candidate's :class:`Decision` says why it was served or refused (:meth:`lookup_explained`); a served
+answer's ledger carries its decision in ``flags`` ("semantic_hit: ..."), and refusals are counted per
+reason in the layer's stats (``reasons``: ``refused_<reason>``, ``accepted_<reason>``). Answers live in the KV backend under their own key, so
+TTL, size bounds and Redis/SQLite sharing apply to them as to exact entries.
 
 The vector index itself is per process: with Redis, a replica serves semantic hits for the questions
 it has seen (answers are shared; the exact layer is fully shared).
@@ -23,7 +36,9 @@ import numpy as np
 
 from ..config import SemanticCacheConfig
 from ..embed.encoder import Embedder
+from ..errors import ConfigError
 from . import contrast, guards
+from . import verifier as learned
 from .base import CacheStats, KVBackend, decode_json, encode_json
 from .keys import ResponseScope, semantic_entry_key
 from .response import CacheHit, saved_ms, saved_tokens
@@ -46,6 +61,28 @@ def guard_settings(config: SemanticCacheConfig) -> guards.GuardSettings:
                                 contrast=on and config.guard_contrast)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """Why one candidate was served or refused."""
+
+    stored_question: str
+    similarity: float
+    accepted: bool
+    reason: str  # served: "lexical" | "learned"; refused: a guard's name, "hook", "feedback" or "missing"
+    hard: bool = False  # refused on evidence of a different question (no score could serve it)
+    objection: str | None = None  # the soft objection the learned verifier overruled or upheld
+    score: float | None = None  # the learned verifier's probability
+    bar: float | None = None  # the probability it needed (model threshold + this entry's feedback)
+
+    def describe(self) -> str:
+        head = f"{'served' if self.accepted else 'refused'} ({self.reason}"
+        if self.objection:
+            head += f" over {self.objection}" if self.accepted else f" after {self.objection}"
+        if self.score is not None:
+            head += f", p={self.score:.2f} {'>=' if self.accepted else '<'} {self.bar:.2f}"
+        return f"{head}{', hard' if self.hard else ''}); cosine {self.similarity:.3f} to {self.stored_question!r}"
+
+
 @dataclass
 class _Scope:
     dim: int
@@ -53,17 +90,37 @@ class _Scope:
     questions: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     expires: list[float] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.vecs = np.zeros((0, self.dim), dtype=np.float32)
+        self.vecs = np.zeros((16, self.dim), dtype=np.float32)
 
-    def remove(self, i: int) -> None:
-        self.vecs = np.delete(self.vecs, i, axis=0)
-        del self.questions[i], self.keys[i], self.expires[i]
+    def add(self, key: str, question: str, v: np.ndarray, expires: float) -> None:
+        n = len(self.keys)
+        if n == self.vecs.shape[0]:
+            grown = np.zeros((2 * n, self.dim), dtype=np.float32)
+            grown[:n] = self.vecs
+            self.vecs = grown
+        self.vecs[n] = v
+        self.questions.append(question)
+        self.keys.append(key)
+        self.expires.append(expires)
+        self.rows[key] = n
+
+    def remove(self, key: str) -> None:
+        i = self.rows.pop(key)
+        last = len(self.keys) - 1
+        if i != last:  # move the last row into the hole
+            self.vecs[i] = self.vecs[last]
+            self.questions[i], self.keys[i], self.expires[i] = self.questions[last], self.keys[last], self.expires[last]
+            self.rows[self.keys[i]] = i
+        self.questions.pop()
+        self.keys.pop()
+        self.expires.pop()
 
 
 class SemanticResponseCache:
-    """Guarded nearest-question lookup within one response scope."""
+    """Verified nearest-question lookup within one response scope."""
 
     layer = "semantic"
 
@@ -76,12 +133,19 @@ class SemanticResponseCache:
         self.ttl_s = float(ttl_s)
         self.verifier = verifier
         self.guard = guard_settings(self.config)
+        self.learned: learned.LearnedVerifier | None = None
         if self.config.enabled and self.guard.contrast:
             contrast.lexicon()  # load the contrast lexicon once per process now, not in the first lookup
+            if self.config.verifier == "learned":
+                self.learned = learned.load(self.config.verifier_model)
+        elif self.config.verifier_model is not None:
+            raise ConfigError("cache.semantic.verifier_model needs the contrast verifier (guards and guard_contrast on)")
         self.stats = stats or CacheStats("semantic")
         self._clock = clock
         self._scopes: dict[str, _Scope] = {}
         self._order: deque[tuple[str, str]] = deque()  # (scope id, entry key), oldest first
+        self._queued: dict[tuple[str, str], int] = {}  # how many times each is in _order (re-stores)
+        self._raise: dict[str, float] = {}  # entry key -> learned-score bar added by negative feedback
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -106,32 +170,82 @@ class SemanticResponseCache:
             sc = self._scopes.get(scope.id)
             if sc is None or not sc.keys:
                 return []
-            sims = sc.vecs @ q
-            order = np.argsort(-sims)[:MAX_CANDIDATES]
+            n = len(sc.keys)
+            sims = sc.vecs[:n] @ q
+            top = np.argpartition(-sims, MAX_CANDIDATES)[:MAX_CANDIDATES] if n > MAX_CANDIDATES else np.arange(n)
+            order = top[np.argsort(-sims[top], kind="stable")]
             return [(float(sims[i]), sc.questions[i], sc.keys[i]) for i in order
                     if sims[i] >= self.config.threshold and sc.expires[i] > now]
 
-    def lookup(self, scope: ResponseScope, question: str, embedding: np.ndarray | None = None) -> CacheHit | None:
-        """The stored answer of the most similar guarded question in ``scope``, or None."""
+    def decide(self, stored: str, question: str, similarity: float, key: str = "") -> Decision:
+        """The guards, then (for a soft objection) the learned verifier, then the hook, on one candidate."""
+        v = guards.explain(stored, question, self.guard)
+        if v.reason is not None:
+            if v.hard or self.learned is None:
+                return Decision(stored, similarity, False, v.reason, hard=v.hard)
+            bump = self._raise.get(key, 0.0)
+            base = self.config.verifier_min_score
+            bar = min((self.learned.threshold if base is None else base) + bump, 1.0)
+            p = self.learned.score(stored, question, similarity, v)
+            if p < bar:
+                return Decision(stored, similarity, False, "feedback" if bump and p >= bar - bump else "learned",
+                                objection=v.reason, score=p, bar=bar)
+            ok = Decision(stored, similarity, True, "learned", objection=v.reason, score=p, bar=bar)
+        else:
+            ok = Decision(stored, similarity, True, "lexical")
+        if self.verifier is not None and not self.verifier(stored, question):
+            return Decision(stored, similarity, False, "hook", objection=ok.objection, score=ok.score, bar=ok.bar)
+        return ok
+
+    def lookup_explained(self, scope: ResponseScope, question: str,
+                         embedding: np.ndarray | None = None) -> tuple[CacheHit | None, list[Decision]]:
+        """:meth:`lookup` plus the decision on every candidate it weighed (the last one served, if any)."""
+        decisions: list[Decision] = []
         if not self.config.enabled:
-            return None
+            return None, decisions
         for sim, stored_q, key in self.candidates(scope, question, embedding):
-            reason = guards.check(stored_q, question, self.guard)
-            if reason is not None:
+            d = self.decide(stored_q, question, sim, key)
+            if not d.accepted:
+                decisions.append(d)
                 self.stats.incr("rejected_by_guard")
-                log.debug("semantic candidate %r rejected for %r by the %s guard", stored_q, question, reason)
-                continue
-            if self.verifier is not None and not self.verifier(stored_q, question):
-                self.stats.incr("rejected_by_guard")
+                self.stats.count(f"refused_{d.reason}")
+                log.debug("semantic candidate %s", d.describe())
                 continue
             entry = decode_json(self.backend.get(key))
             if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+                decisions.append(Decision(stored_q, sim, False, "missing"))
                 continue  # expired, evicted or backend unavailable
+            decisions.append(d)
             record = entry["record"]
+            ledger = record.get("ledger")
+            if isinstance(ledger, dict):
+                ledger["flags"] = [*(ledger.get("flags") or []), f"semantic_hit: {d.describe()}"]
             self.stats.hit(saved_tokens(record), saved_ms(record))
-            return CacheHit(record=record, layer=self.layer, key=key, similarity=sim, matched_question=stored_q)
+            self.stats.count(f"accepted_{d.reason}")
+            return CacheHit(record=record, layer=self.layer, key=key, similarity=sim, matched_question=stored_q,
+                            decision=d.describe()), decisions
         self.stats.miss()
-        return None
+        return None, decisions
+
+    def lookup(self, scope: ResponseScope, question: str, embedding: np.ndarray | None = None) -> CacheHit | None:
+        """The stored answer of the most similar verified question in ``scope``, or None."""
+        return self.lookup_explained(scope, question, embedding)[0]
+
+    def feedback(self, hit: CacheHit, correct: bool) -> None:
+        """What an answer regenerated anyway said about a served hit. A wrong hit raises that entry's bar for
+        learned acceptances by ``feedback_step`` (lexical ones are not affected); a right one lowers a raised
+        bar by a quarter step. Per entry, in process, like vCache's online thresholds."""
+        if hit.layer != self.layer:
+            raise ValueError(f"feedback is for semantic hits, got a {hit.layer!r} hit")
+        step = self.config.feedback_step
+        with self._lock:
+            bump = self._raise.get(hit.key, 0.0)
+            bump = bump + step if not correct else max(bump - step / 4, 0.0)
+            if bump > 0:
+                self._raise[hit.key] = bump
+            else:
+                self._raise.pop(hit.key, None)
+        self.stats.count("feedback_wrong" if not correct else "feedback_right")
 
     def store(self, scope: ResponseScope, question: str, record: Mapping[str, Any],
               embedding: np.ndarray | None = None) -> bool:
@@ -153,14 +267,11 @@ class SemanticResponseCache:
             sc = self._scopes.get(scope.id)
             if sc is None:
                 sc = self._scopes[scope.id] = _Scope(dim=v.shape[0])
-            if key in sc.keys:
-                sc.remove(sc.keys.index(key))
-                self._order.remove((scope.id, key))
-            sc.vecs = np.vstack([sc.vecs, v[None, :]])
-            sc.questions.append(question)
-            sc.keys.append(key)
-            sc.expires.append(expires)
+            if key in sc.rows:
+                sc.remove(key)  # its old (scope, key) order entry is skipped as stale at eviction
+            sc.add(key, question, v, expires)
             self._order.append((scope.id, key))
+            self._queued[(scope.id, key)] = self._queued.get((scope.id, key), 0) + 1
             self._evict_over_capacity()
         self.stats.incr("stores")
         return True
@@ -168,11 +279,16 @@ class SemanticResponseCache:
     def _evict_over_capacity(self) -> None:
         total = sum(len(s.keys) for s in self._scopes.values())
         while total > self.config.max_entries and self._order:
-            scope_id, key = self._order.popleft()
+            scope_id, key = item = self._order.popleft()
+            left = self._queued.pop(item, 1) - 1
+            if left > 0:
+                self._queued[item] = left
+                continue  # re-stored later: its newer order entry evicts it
             sc = self._scopes.get(scope_id)
-            if sc is None or key not in sc.keys:
-                continue  # stale order entry (re-stored later)
-            sc.remove(sc.keys.index(key))
+            if sc is None or key not in sc.rows:
+                continue
+            sc.remove(key)
+            self._raise.pop(key, None)
             total -= 1
             if not sc.keys:
                 del self._scopes[scope_id]
@@ -181,3 +297,5 @@ class SemanticResponseCache:
         with self._lock:
             self._scopes.clear()
             self._order.clear()
+            self._queued.clear()
+            self._raise.clear()

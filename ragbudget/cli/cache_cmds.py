@@ -25,6 +25,10 @@ def _thresholds(text: str) -> list[float]:
     return ts
 
 
+def _ci(ci: list[float] | tuple[float, float]) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
 def _run(args: argparse.Namespace) -> int:
     cfg = load_config(getattr(args, "config", None))
     sem = cfg.cache.semantic
@@ -36,17 +40,23 @@ def _run(args: argparse.Namespace) -> int:
         sem = sem.model_copy(update={"guards": False})
     if args.no_contrast:
         sem = sem.model_copy(update={"guard_contrast": False})
+    if args.verifier is not None:
+        sem = sem.model_copy(update={"verifier": args.verifier})
+    if args.min_score is not None:
+        if not 0 <= args.min_score <= 1:
+            raise ConfigError(f"--min-score must lie in [0, 1], got {args.min_score}")
+        sem = sem.model_copy(update={"verifier_min_score": args.min_score})
     pairs = select(load_pairs(args.pairs), args.split)
     embedder = SentenceTransformerEmbedder(cfg.embedding.model_copy(update={"cache": False}))
     if args.sweep:
         rows = evaluate_pairs(pairs, embedder, sem, thresholds=_thresholds(args.sweep))
         table = Table(title=f"semantic cache on {args.pairs} ({len(pairs)} pairs, guards "
                             f"{'on' if sem.guards else 'off'}, contrast {'on' if sem.guard_contrast else 'off'})")
-        for col in ("threshold", "hit_rate", "false_hit_rate", "rejected_by_guard"):
+        for col in ("threshold", "hit_rate", "95% CI", "false_hit_rate", "95% CI", "rejected_by_guard"):
             table.add_column(col, justify="right")
         for r in rows:
-            table.add_row(f"{r['threshold']:.3f}", f"{r['hit_rate']:.3f}", f"{r['false_hit_rate']:.4f}",
-                          str(r["rejected_by_guard"]))
+            table.add_row(f"{r['threshold']:.3f}", f"{r['hit_rate']:.3f}", _ci(r["hit_rate_ci"]),
+                          f"{r['false_hit_rate']:.4f}", _ci(r["false_hit_rate_ci"]), str(r["rejected_by_guard"]))
         Console().print(table)
         if args.json:
             print(json.dumps({"sweep": rows}))
@@ -55,9 +65,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r))
     else:
-        print(f"pairs {r['pairs']}  threshold {r['threshold']:.3f}  hit_rate {r['hit_rate']:.3f}  "
-              f"false_hit_rate {r['false_hit_rate']:.4f}  (guards {'on' if sem.guards else 'off'}, "
-              f"contrast {'on' if sem.guard_contrast else 'off'})")
+        print(f"pairs {r['pairs']}  threshold {r['threshold']:.3f}  "
+              f"hit_rate {r['hit_rate']:.3f} {_ci(r['hit_rate_ci'])} on {r['positives']} positives  "
+              f"false_hit_rate {r['false_hit_rate']:.4f} {_ci(r['false_hit_rate_ci'])} on {r['negatives']} negatives  "
+              f"(guards {'on' if sem.guards else 'off'}, contrast {'on' if sem.guard_contrast else 'off'}, "
+              f"verifier {r['verifier']})")
+        for name, tally in (("served", r["served_by"]), ("refused", r["refused_by"])):
+            if tally:
+                print(f"  {name} by reason (label:reason): " + ", ".join(f"{k} {v}" for k, v in tally.items()))
         for kind, k in r.get("by_kind", {}).items():
             print(f"  {kind:<24} {k['hits']:>4} hits of {k['pairs']}")
     return 0
@@ -70,6 +85,9 @@ def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep", default=None, help="comma-separated thresholds, printed as a table")
     p.add_argument("--no-guards", action="store_true", help="cosine only (to see what the guards add)")
     p.add_argument("--no-contrast", action="store_true", help="guards without the contrast verifier")
+    p.add_argument("--verifier", choices=("learned", "lexical"), default=None,
+                   help="learned: a model scores soft refusals (default: config); lexical: refuse them all")
+    p.add_argument("--min-score", type=float, default=None, help="learned verifier's bar (default: the model's)")
     p.add_argument("--split", default=None,
                    help="evaluate a subset: even or odd rows, or a value of the pairs file's split column")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")

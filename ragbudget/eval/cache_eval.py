@@ -2,7 +2,9 @@
 
 For each pair, ``text_a`` is stored (in a scope of its own) and ``text_b`` looked up through the real
 :class:`~ragbudget.cache.SemanticResponseCache` (same threshold, guards and verifier as in service).
-``hit_rate`` is over label-1 pairs (right hits), ``false_hit_rate`` over label-0 pairs (wrong answers).
+``hit_rate`` is over label-1 pairs (right hits), ``false_hit_rate`` over label-0 pairs (wrong answers),
+each with a 95% Wilson interval (``hit_rate_ci``, ``false_hit_rate_ci``); ``served_by`` and ``refused_by``
+count the decisions (:class:`~ragbudget.cache.semantic.Decision`) by reason.
 
 Optional extra columns ``kind`` and ``split`` (as in ``tests/data/near_miss_pairs.tsv``) give a per-kind
 breakdown (``by_kind``) and a subset (:func:`select`: a split name, or ``even``/``odd`` rows, the
@@ -12,6 +14,7 @@ tuning / held-out halves used for MRPC).
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -70,6 +73,16 @@ def select(pairs: Sequence[Pair], split: str | None) -> list[Pair]:
     return out
 
 
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (exact 0 or 1 at the ends; (0, 1) for n = 0)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, round(centre - half, 4)), min(1.0, round(centre + half, 4)))
+
+
 def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embedder,
            config: SemanticCacheConfig, verifier: Verifier | None) -> dict[str, Any]:
     cache = SemanticResponseCache(MemoryBackend(max_entries=len(pairs) + 1), embedder,
@@ -77,11 +90,16 @@ def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embe
     hits = {0: 0, 1: 0}
     totals = {0: 0, 1: 0}
     kinds: dict[str, list[int]] = {}  # kind -> [pairs, hits]
+    served: dict[str, int] = {}
+    refused: dict[str, int] = {}
     for i, (p, a, b) in enumerate(zip(pairs, va, vb)):
         scope = ResponseScope(tenant=f"pair-{i}", index_version="eval", prompt_version="eval", model_tier="eval",
                               max_tokens=0)
         cache.store(scope, p.text_a, {"answer": f"answer-{i}"}, embedding=a)
-        hit = cache.lookup(scope, p.text_b, embedding=b)
+        hit, decisions = cache.lookup_explained(scope, p.text_b, embedding=b)
+        for d in decisions:
+            tally = served if d.accepted else refused
+            tally[f"{p.label}:{d.reason}"] = tally.get(f"{p.label}:{d.reason}", 0) + 1
         totals[p.label] += 1
         hits[p.label] += int(hit is not None)
         if p.kind:
@@ -89,10 +107,13 @@ def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embe
             k[0] += 1
             k[1] += int(hit is not None)
     out: dict[str, Any] = {"threshold": config.threshold, "guards": config.guards, "contrast": config.guard_contrast,
-            "hit_rate": hits[1] / totals[1] if totals[1] else 0.0,
+            "verifier": config.verifier if cache.learned is not None else "lexical",
+            "hit_rate": hits[1] / totals[1] if totals[1] else 0.0, "hit_rate_ci": wilson(hits[1], totals[1]),
             "false_hit_rate": hits[0] / totals[0] if totals[0] else 0.0,
+            "false_hit_rate_ci": wilson(hits[0], totals[0]),
             "pairs": len(pairs), "positives": totals[1], "negatives": totals[0],
-            "rejected_by_guard": cache.stats.rejected_by_guard}
+            "rejected_by_guard": cache.stats.rejected_by_guard,
+            "served_by": dict(sorted(served.items())), "refused_by": dict(sorted(refused.items()))}
     if kinds:
         out["by_kind"] = {k: {"pairs": n, "hits": h} for k, (n, h) in sorted(kinds.items())}
     return out

@@ -1,0 +1,145 @@
+"""Issue 28: the learned near-miss verifier on the real semantic cache (real MiniLM, shipped model)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragbudget.cache import MemoryBackend, ResponseScope, SemanticResponseCache, verifier
+from ragbudget.config import SemanticCacheConfig
+from ragbudget.errors import ConfigError
+from ragbudget.eval.cache_eval import evaluate_pairs, load_pairs, select, wilson
+
+DATA = Path(__file__).parent / "data"
+SCOPE = ResponseScope(tenant="t", index_version="v", prompt_version="p", model_tier="small", max_tokens=64)
+PKG = Path(verifier.__file__).parent
+
+
+def _imports(module: Path) -> set[str]:
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    return {(n.module or "") + ":" + ",".join(a.name for a in n.names) for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom)}
+
+
+def test_word_lists_live_in_a_leaf_and_imports_go_one_way():
+    assert not any(i.startswith("guards") or i == ":guards" or ",guards" in i for i in _imports(PKG / "contrast.py"))
+    assert all(i.startswith("__future__") for i in _imports(PKG / "wordlists.py"))
+    assert any(i.startswith("contrast") or "contrast" in i.split(":")[1] for i in _imports(PKG / "guards.py"))
+
+
+def test_wilson_interval():
+    assert wilson(0, 100) == (0.0, 0.037)
+    lo, hi = wilson(60, 100)
+    assert lo < 0.6 < hi and hi - lo < 0.2
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_learned_verifier_serves_more_held_out_duplicates_without_wrong_answers(embedder):
+    pairs = select(load_pairs(DATA / "question_pairs.tsv"), "heldout")
+    (lexical,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig(verifier="lexical"))
+    (learned,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig(verifier="learned", threshold=0.80))
+    assert learned["verifier"] == "learned" and lexical["verifier"] == "lexical"
+    assert learned["hit_rate"] >= lexical["hit_rate"] + 0.15
+    assert learned["false_hit_rate"] <= 0.02
+    assert learned["served_by"].get("1:learned", 0) > 0 and "1:learned" not in lexical["served_by"]
+    lo, hi = learned["hit_rate_ci"]
+    assert lo <= learned["hit_rate"] <= hi
+
+
+def test_contrasts_stay_refused(embedder):
+    pairs = [p for p in load_pairs(DATA / "near_miss_pairs.tsv") if p.split in ("heldout", "fresh")]
+    (r,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig(verifier="learned", threshold=0.80))
+    assert r["false_hit_rate"] <= 0.02 and r["hit_rate"] >= 0.9
+    assert sum(v for k, v in r["refused_by"].items() if k.startswith("0:")) > 0
+
+
+def _cache(embedder, **cfg) -> SemanticResponseCache:
+    return SemanticResponseCache(MemoryBackend(), embedder,
+                                 SemanticCacheConfig(**{"verifier": "learned", "threshold": 0.80, **cfg}))
+
+
+def test_decisions_say_why_and_reach_the_ledger(embedder):
+    cache = _cache(embedder)
+    stored, asked = "How do I get rid of acne?", "How can I clear up my acne?"
+    cache.store(SCOPE, stored, {"answer": "A", "ledger": {"flags": ["old"]}})
+    hit, decisions = cache.lookup_explained(SCOPE, asked)
+    assert hit is not None and decisions[-1].accepted and decisions[-1].reason == "learned"
+    assert decisions[-1].objection in ("substitution", "contrast", "content")
+    assert decisions[-1].score is not None and decisions[-1].score >= decisions[-1].bar
+    assert hit.record["ledger"]["flags"][0] == "old" and hit.record["ledger"]["flags"][1].startswith("semantic_hit: served (learned")
+    assert hit.decision == decisions[-1].describe()
+    # with the learned verifier off the same near miss is refused, and says so
+    hit, decisions = _cache(embedder, verifier="lexical").lookup_explained(SCOPE, asked)
+    assert hit is None  # nothing stored in this fresh cache
+    lexical = _cache(embedder, verifier="lexical")
+    lexical.store(SCOPE, stored, {"answer": "A"})
+    hit, decisions = lexical.lookup_explained(SCOPE, asked)
+    assert hit is None and decisions and not decisions[0].accepted and decisions[0].score is None
+
+
+def test_hard_refusals_are_never_scored(embedder):
+    cache = _cache(embedder, verifier_min_score=0.0)  # even a bar of 0 does not serve a contrast
+    for stored, asked in (("How do I enable two-factor authentication?", "How do I disable two-factor authentication?"),
+                          ("Did Google acquire YouTube?", "Did YouTube acquire Google?"),
+                          ("Can I bring 2 bags on the flight?", "Can I bring 3 bags on the flight?")):
+        cache.store(SCOPE, stored, {"answer": "A"})
+        hit, decisions = cache.lookup_explained(SCOPE, asked)
+        assert hit is None and decisions and decisions[0].hard and decisions[0].score is None
+    assert cache.stats.snapshot()["reasons"]["refused_contrast"] >= 1
+
+
+def test_negative_feedback_raises_that_entrys_bar(embedder):
+    cache = _cache(embedder, feedback_step=0.5)
+    stored, asked = "How do I get rid of acne?", "How can I clear up my acne?"
+    cache.store(SCOPE, stored, {"answer": "A"})
+    cache.store(SCOPE, "How do I reset my password?", {"answer": "B"})
+    hit = cache.lookup(SCOPE, asked)
+    assert hit is not None
+    cache.feedback(hit, correct=False)
+    hit2, decisions = cache.lookup_explained(SCOPE, asked)
+    assert hit2 is None and decisions[0].reason == "feedback" and decisions[0].bar > hit_bar(hit)
+    # lexical hits on other entries are untouched; a right answer lowers the bar again
+    assert cache.lookup(SCOPE, "How can I reset my password?") is not None
+    cache.feedback(hit, correct=True)
+    cache.feedback(hit, correct=True)
+    cache.feedback(hit, correct=True)
+    cache.feedback(hit, correct=True)
+    assert cache.lookup(SCOPE, asked) is not None
+    with pytest.raises(ValueError, match="semantic"):
+        cache.feedback(type(hit)(record={}, layer="exact", key="k"), correct=False)
+
+
+def hit_bar(hit) -> float:
+    return float(hit.decision.split(">= ")[1].split(")")[0])
+
+
+def test_bad_model_file_is_a_clear_error(embedder, tmp_path: Path):
+    bad = tmp_path / "model.json"
+    bad.write_text(json.dumps({"features": ["cosine"], "mean": [0], "scale": [1], "weights": [1], "bias": 0,
+                               "threshold": 0.5}))
+    with pytest.raises(ConfigError, match="features differ"):
+        _cache(embedder, verifier_model=str(bad))
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read"):
+        _cache(embedder, verifier_model=str(bad))
+    shipped = json.loads(verifier.MODEL_PATH.read_text())
+    assert shipped["features"] == list(verifier.FEATURES) and 0.5 <= shipped["threshold"] < 1
+
+
+def test_store_evict_and_restore_keep_rows_consistent(embedder):
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(60, embedder.dim)).astype(np.float32)
+    cache = SemanticResponseCache(MemoryBackend(), embedder, SemanticCacheConfig(verifier="learned", threshold=0.80, max_entries=30))
+    for i in range(60):
+        cache.store(SCOPE, f"question {i}", {"answer": str(i)}, embedding=vecs[i])
+        if i % 7 == 0 and i >= 35:
+            cache.store(SCOPE, "question 31", {"answer": "31"}, embedding=vecs[31])  # re-store: stays newest
+    assert len(cache) == 30
+    for i in [31, *range(31, 60)]:
+        (top, *_) = cache.candidates(SCOPE, f"question {i}", vecs[i])
+        assert top[1] == f"question {i}" and top[0] == pytest.approx(1.0, abs=1e-5)
+    assert all(not c or c[0][1] != "question 5" or c[0][0] < 0.99 for c in [cache.candidates(SCOPE, "q", vecs[5])])
