@@ -223,8 +223,12 @@ async def replay(records: Sequence[TrafficRecord], target: Target, *, max_reques
     sem = asyncio.Semaphore(max_in_flight)
     results: list[RequestResult] = []
 
+    aborted: list[str] = []
+
     async def fire(i: int) -> None:
         async with sem:
+            if aborted:  # every request so far failed: the rest are not sent (counted as skipped)
+                return
             try:
                 results.append(await target.send(recs[i], history_for(recs, i)))
             except Exception as err:  # noqa: BLE001 - a crash is a result (500), never a lost request
@@ -233,18 +237,16 @@ async def replay(records: Sequence[TrafficRecord], target: Target, *, max_reques
                                              status=500, error=f"{type(err).__name__}: {err}"))
             if on_result is not None:
                 on_result(results[-1])
+            if abort_after and not aborted and all_failing(results, abort_after):
+                aborted.append(f"stopped after the first {len(results)} requests all failed")
 
     tasks: dict[asyncio.Task[None], int] = {}
     t0 = time.perf_counter()
-    aborted = None
     for i, rec in enumerate(recs):
         at = rec.t / speed
-        if at > max_s:
+        if at > max_s or aborted:
             break
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
-        if abort_after and all_failing(results, abort_after):
-            aborted = f"stopped after the first {len(results)} requests all failed"
-            break
         tasks[asyncio.create_task(fire(i))] = i
     remaining = max(0.1, max_s - (time.perf_counter() - t0))
     _, pending = await asyncio.wait(list(tasks), timeout=remaining) if tasks else (set(), set())
@@ -257,7 +259,7 @@ async def replay(records: Sequence[TrafficRecord], target: Target, *, max_reques
         await asyncio.gather(*pending, return_exceptions=True)
     wall = time.perf_counter() - t0
     return ReplayReport(target=target.name, results=sorted(results, key=lambda r: r.arrival_s), wall_s=wall,
-                        skipped=len(records) - len(tasks), aborted=aborted)
+                        skipped=len(records) - len(results), aborted=aborted[0] if aborted else None)
 
 
 def _pcts(values: Sequence[float], prefix: str) -> dict[str, float | None]:
