@@ -172,3 +172,20 @@ def test_eval_json_prints_only_json(shared_data: Path, capsys: pytest.CaptureFix
     rc = cli_main(["eval", "history", str(shared_data / "canard"), "--sweep", "0,64", "--limit", "20", "--json"])
     out = capsys.readouterr().out
     assert rc == 0 and len(out.strip().splitlines()) == 1 and len(json.loads(out)["sweep"]) == 2
+
+
+def test_a_bad_llamacpp_model_path_fails_start_up_loudly(tmp_path: Path, embedder,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    import httpx
+
+    from ragbudget.service.app import BackgroundServer, create_app
+
+    bad = tmp_path / "missing.gguf"
+    cfg = Config().with_overrides({"index.dir": str(tmp_path / "ix"), "embedding.cache": False,
+                                   "llm.tiers": [{"name": "small", "backend": "llamacpp", "model": str(bad)}]})
+    with caplog.at_level("ERROR"), BackgroundServer(create_app(RAG(cfg, embedder=embedder), cfg)) as srv:
+        ready = httpx.get(srv.url + "/readyz", timeout=10)
+        q = httpx.post(srv.url + "/v1/query", json={"question": "lift?", "stream": False}, timeout=10)
+    assert ready.status_code == 503 and str(bad) in ready.text
+    assert q.status_code == 503 and str(bad) in q.text
+    assert any(str(bad) in r.getMessage() for r in caplog.records)  # logged at start-up, not silent
