@@ -151,3 +151,27 @@ def test_ingest_warms_every_sentence_so_trimming_never_runs_the_model(tmp_path: 
         assert (passes == []) if warm else (sum(passes) > 0)
     finally:
         reg.close()
+
+
+def test_an_eval_folder_ingests_its_corpus_not_its_questions(shared_data: Path, tmp_path: Path) -> None:
+    squad = shared_data / "eval" / "squad2"
+    corpus = sum(1 for line in (squad / "corpus.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
+    docs, report = load_path(squad)
+    assert len(docs) == corpus  # 411 paragraphs, not 411 + the 242 questions
+    skipped = {Path(where).name: why for where, why in report.skipped}
+    assert "questions.jsonl" in skipped and "evaluation file" in skipped["questions.jsonl"]
+    # a BEIR folder: queries.jsonl and qrels/ are skipped the same way
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "text": "Lift rises with angle."}) + "\n")
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "what raises lift"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    docs, report = load_path(beir)
+    assert [d.text for d in docs] == ["Lift rises with angle."]
+    assert {Path(w).name for w, _ in report.skipped} == {"queries.jsonl", "test.tsv"}
+    # without a corpus.jsonl beside it, a file called questions.jsonl is ordinary records
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "questions.jsonl").write_text(json.dumps({"_id": "x", "text": "A document about questions."}) + "\n")
+    docs, _ = load_path(plain)
+    assert [d.text for d in docs] == ["A document about questions."]

@@ -200,3 +200,16 @@ def test_layout_and_output_length_on_llamacpp(engine: LlamaCppGenerator):
     assert min(static) >= 500 and max(variable) < min(static) / 3
     out = timings_by_output_length(engine, cfg, tok, reqs[:1], [2, 8])
     assert [r["completion_tokens"] for r in out] == [2, 8]
+
+
+def test_written_config_holds_only_what_differs_from_the_defaults(tmp_path: Path) -> None:
+    from ragbudget.config import Config
+
+    base = Config()
+    cfg = write_config(tuned_config(base, {"budget": 320, "top_k": 3, "rerank": False, "trim": True}),
+                       tmp_path / "tuned.yaml")
+    import yaml
+    written = yaml.safe_load((tmp_path / "tuned.yaml").read_text(encoding="utf-8"))
+    assert written["budget"]["retrieved"]["cap"] == 320 and written["retrieval"] == {"top_k": 3}
+    assert "service" not in written and "tokenizer" not in written  # defaults are not frozen into the file
+    assert cfg.budget.retrieved.cap == 320 and cfg.rerank.kind == "none"

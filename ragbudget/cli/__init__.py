@@ -3,6 +3,11 @@
 Each submodule adds its commands with ``add_parser(subparsers)`` (and eval commands with
 ``add_eval_parser(eval_subparsers)``); a command's handler receives the parsed args and returns an exit
 code. Errors from the library (:class:`~ragbudget.errors.RagBudgetError`) are printed with their fix.
+
+Command modules import the library (torch, faiss, llama-index, uvicorn) inside their handlers, not at
+the top: building the parser then costs only argparse, rich and the config models, so ``ragbudget --help``
+and ``--version`` answer in well under a second instead of several (a test checks that the parser
+imports neither torch nor ``ragbudget.pipeline``). Output conventions: :mod:`.output`.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from typing import Sequence
 
 from ..errors import RagBudgetError
@@ -19,9 +25,17 @@ COMMAND_MODULES = ("index_cmds", "query_cmds", "eval_cmds", "model_cmds", "serve
                    "cache_cmds", "pg_cmds")
 
 
+def _version() -> str:
+    try:
+        return version("ragbudget")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragbudget", description="RAG under explicit token budgets.")
     parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument("--version", action="version", version=f"ragbudget {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ev = sub.add_parser("eval", help="evaluate retrieval, budgeted context, caches")
     eval_sub = ev.add_subparsers(dest="eval_command", metavar="KIND")

@@ -12,19 +12,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from ..config import Config, load_config
-from ..embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
 from ..errors import ConfigError
-from ..index import list_indexes
-from ..budget.kv_memory import check_config, summary_rows
-from ..pipeline import RAG
-from ..eval import compare as compare_mod
-from ..eval.replay import HttpTarget, LibraryTarget, ReplayReport, plot, replay, rich_table
-from ..eval.traffic import generate, load_pairs, load_questions, load_traffic, save_traffic
 from .moved import add_moved
+from .output import report_failures, result_bar
+
+if TYPE_CHECKING:
+    from ..eval.replay import ReplayReport
 
 
 def add_parser(sub: Any) -> None:
@@ -87,6 +86,11 @@ def _cfg(args: argparse.Namespace) -> Config:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from ..eval.outcome import check_indexes, failures
+    from ..eval.replay import HttpTarget, LibraryTarget, plot, replay, rich_table
+    from ..eval.traffic import load_traffic
+    from ..pipeline import RAG
+
     console = Console()
     records = load_traffic(args.traffic, rate=args.rate)
     keys = {}
@@ -95,34 +99,48 @@ def _replay(args: argparse.Namespace) -> int:
         if not sep or not tenant or not key:
             raise ConfigError(f"--api-key {kv!r} is not TENANT=KEY", fix="e.g. --api-key acme=sk-123")
         keys[tenant] = key
-    kw = dict(max_requests=args.max_requests, max_s=args.max_seconds, speed=args.speed,
-              max_in_flight=args.max_in_flight)
+    n = min(len(records), args.max_requests or len(records))
+    rag = None
+    if not args.url:  # a missing index is reported before any model loads
+        rag = RAG(_cfg(args), index=args.index)
+        try:
+            check_indexes(rag, [args.index or r.index for r in records[:n]])
+        except BaseException:
+            rag.close()
+            raise
 
     async def go() -> ReplayReport:
-        if args.url:
-            target = HttpTarget(args.url, api_keys=keys, index=args.index)
-            try:
-                return await replay(records, target, **kw)  # type: ignore[arg-type]
-            finally:
-                await target.aclose()
-        rag = RAG(_cfg(args), index=args.index)
-        rag.warm_up()
-        try:
+        with result_bar(n, "replaying") as on_result:
+            kw = dict(max_requests=args.max_requests, max_s=args.max_seconds, speed=args.speed,
+                      max_in_flight=args.max_in_flight, on_result=on_result)
+            if rag is None:
+                target = HttpTarget(args.url, api_keys=keys, index=args.index)
+                try:
+                    return await replay(records, target, **kw)  # type: ignore[arg-type]
+                finally:
+                    await target.aclose()
             return await replay(records, LibraryTarget(rag, index=args.index), **kw)  # type: ignore[arg-type]
-        finally:
-            rag.close()
 
-    report = asyncio.run(go())
+    try:
+        if rag is not None:
+            rag.warm_up()
+        report = asyncio.run(go())
+    finally:
+        if rag is not None:
+            rag.close()
     summary = report.summary()
     console.print(rich_table(summary, title=f"replay of {args.traffic} → {report.target}"))
     if args.json:
         Path(args.json).write_text(report.to_json(), encoding="utf-8")
     if args.plot:
         plot(report.results, args.plot, title=Path(args.traffic).name)
-    return 0 if summary["ok"] else 1
+    return report_failures({report.target: summary}, failed=len(failures(report.results)),
+                           aborted=report.aborted)
 
 
 def _traffic(args: argparse.Namespace) -> int:
+    from ..eval.traffic import generate, load_pairs, load_questions, save_traffic
+
     pairs = load_pairs(args.pairs) if args.pairs else None
     questions = [] if pairs else load_questions(args.dataset)
     recs = generate(questions, args.n, rate=args.rate, repeat=args.repeat, paraphrase_rate=args.paraphrase,
@@ -136,25 +154,40 @@ def _traffic(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from ..embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
+    from ..eval import compare as compare_mod
+    from ..eval.outcome import check_indexes, failures
+    from ..eval.replay import LibraryTarget
+    from ..eval.traffic import load_traffic
+    from ..pipeline import RAG
+    from .index_cmds import ingest_progress
+
     records = load_traffic(args.traffic)
     cfgs = [load_config(args.a), load_config(args.b)]
+    n = min(len(records), args.max_requests or len(records))
     with tempfile.TemporaryDirectory(prefix="ragbudget-compare-") as tmp:
         emb = None
         rags = []
-        for n, cfg in enumerate(cfgs):
-            if args.ingest:
-                cfg = cfg.with_overrides({"index.dir": str(Path(tmp) / f"idx{n}")})
-                if emb is None:  # one model, one embedding cache for both sides
-                    emb = SentenceTransformerEmbedder(cfg.embedding, cache=EmbeddingCache(Path(tmp) / "emb.sqlite"))
-            rag = RAG(cfg, embedder=emb)
-            rag.warm_up()
-            if args.ingest:
-                rag.ingest(args.ingest)
-            rags.append(rag)
         try:
-            rep = compare_mod.run_compare(records, LibraryTarget(rags[0], name=f"A {Path(args.a).name}"),
-                                          LibraryTarget(rags[1], name=f"B {Path(args.b).name}"),
-                                          max_requests=args.max_requests, max_s=args.max_seconds)
+            for i, cfg in enumerate(cfgs):
+                if args.ingest:
+                    cfg = cfg.with_overrides({"index.dir": str(Path(tmp) / f"idx{i}")})
+                    if emb is None:  # one model, one embedding cache for both sides
+                        emb = SentenceTransformerEmbedder(cfg.embedding,
+                                                          cache=EmbeddingCache(Path(tmp) / "emb.sqlite"))
+                rags.append(RAG(cfg, embedder=emb))
+                if not args.ingest:  # before any model loads
+                    check_indexes(rags[-1], [r.index for r in records[:n]])
+            for rag in rags:
+                rag.warm_up()
+                if args.ingest:
+                    with ingest_progress(Console(stderr=True), False) as progress:
+                        rag.ingest(args.ingest, progress=progress)
+            with result_bar(2 * n, "comparing") as on_result:
+                rep = compare_mod.run_compare(records, LibraryTarget(rags[0], name=f"A {Path(args.a).name}"),
+                                              LibraryTarget(rags[1], name=f"B {Path(args.b).name}"),
+                                              max_requests=args.max_requests, max_s=args.max_seconds,
+                                              on_result=on_result)
         finally:
             for r in rags:
                 r.close()
@@ -162,16 +195,25 @@ def _compare(args: argparse.Namespace) -> int:
     Console().print(compare_mod.compare_table(summary))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    return 0
+    return report_failures({"A": summary["a"], "B": summary["b"]}, failed=len(failures(rep.a + rep.b)),
+                           aborted=rep.aborted)
 
 
 def info_dict(cfg: Config) -> dict[str, Any]:
     """What ``ragbudget info`` shows: config summary, indexes, KV rows (and KV problems)."""
+    from ..budget.kv_memory import check_config, summary_rows
+    from ..index.backends import make_backend
+
     try:
         check_config(cfg)
         kv_problem = None
     except ConfigError as err:
         kv_problem = str(err)
+    backend = make_backend(cfg)  # the configured backend's indexes (postgres: the database's, not a folder's)
+    try:
+        indexes = backend.list()
+    finally:
+        backend.close()
     return {
         "embedding": cfg.embedding.model, "tokenizer": cfg.tokenizer.encoding,
         "retrieval": f"{cfg.retrieval.mode} top_k={cfg.retrieval.top_k} candidates={cfg.retrieval.candidates}",
@@ -181,7 +223,8 @@ def info_dict(cfg: Config) -> dict[str, Any]:
         "cache": f"{cfg.cache.backend} response={cfg.cache.response} retrieval={cfg.cache.retrieval} "
                  f"semantic={cfg.cache.semantic.enabled}",
         "tiers": [f"{t.name}: {t.backend} {t.model} window={t.context_window}" for t in cfg.llm.tiers],
-        "index_dir": cfg.index.dir, "indexes": list_indexes(cfg.index.dir),
+        "index_backend": cfg.index.backend,
+        "index_dir": cfg.index.dir if cfg.index.backend == "local" else None, "indexes": indexes,
         "kv": summary_rows(cfg.llm.tiers), "kv_problem": kv_problem,
     }
 
@@ -193,8 +236,11 @@ def _info(args: argparse.Namespace) -> int:
         return 0 if d["kv_problem"] is None else 1
     c = Console()
     t = Table(title="ragbudget configuration", show_header=False)
-    for k in ("embedding", "tokenizer", "retrieval", "rerank", "budget", "cache", "tiers", "index_dir", "indexes"):
+    for k in ("embedding", "tokenizer", "retrieval", "rerank", "budget", "cache", "tiers", "index_backend",
+              "index_dir", "indexes"):
         v = d[k]
+        if v is None:
+            continue
         t.add_row(k, ", ".join(f"{a}={b}" for a, b in v.items()) if isinstance(v, dict)
                   else "\n".join(v) if isinstance(v, list) else str(v))
     c.print(t)

@@ -9,9 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config import load_config
-from ..embed.encoder import SentenceTransformerEmbedder
 from ..errors import ConfigError
-from ..eval.cache_eval import evaluate_pairs, load_pairs, select
 
 
 def _thresholds(text: str) -> list[float]:
@@ -30,6 +28,9 @@ def _ci(ci: list[float] | tuple[float, float]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..embed.encoder import SentenceTransformerEmbedder  # in the handler: a fast `--help`
+    from ..eval.cache_eval import evaluate_pairs, load_pairs, select
+
     cfg = load_config(getattr(args, "config", None))
     sem = cfg.cache.semantic
     if args.threshold is not None:
@@ -57,9 +58,10 @@ def _run(args: argparse.Namespace) -> int:
         for r in rows:
             table.add_row(f"{r['threshold']:.3f}", f"{r['hit_rate']:.3f}", _ci(r["hit_rate_ci"]),
                           f"{r['false_hit_rate']:.4f}", _ci(r["false_hit_rate_ci"]), str(r["rejected_by_guard"]))
-        Console().print(table)
-        if args.json:
+        if args.json:  # only the JSON object on stdout
             print(json.dumps({"sweep": rows}))
+        else:
+            Console().print(table)
         return 0
     (r,) = evaluate_pairs(pairs, embedder, sem)
     if args.json:

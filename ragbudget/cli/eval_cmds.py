@@ -6,14 +6,16 @@ import argparse
 import json
 import sys
 
-from ..config import load_config
-from ..embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
-from ..eval.answers import evaluate_answers
-from ..eval.followups import KINDS, evaluate_followups
-from ..eval.history_eval import evaluate_history, load_canard
-from ..eval.longdocs import GROUPS, build_long_documents
-from ..retrieval.rerank import make_reranker
-from ..kernels.tokens import Tokenizer
+from typing import TYPE_CHECKING
+
+from ..config import Config, load_config
+from .output import count_bar
+
+if TYPE_CHECKING:
+    from ..embed.encoder import SentenceTransformerEmbedder
+
+# The library is imported inside the handlers (a fast `--help`); these equal the library's (a test checks).
+GROUPS = ("topic", "random")  # ragbudget.eval.longdocs.GROUPS
 
 
 def _budgets(text: str) -> list[int]:
@@ -59,19 +61,23 @@ def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:
 
 
 def run_answers(args: argparse.Namespace) -> int:
+    from ..eval.answers import evaluate_answers
+    from ..retrieval.rerank import make_reranker
+
     cfg = load_config(args.config)
     budgets = args.sweep or [args.budget if args.budget is not None else cfg.budget.retrieved.cap or 1200]
-    emb = SentenceTransformerEmbedder(cfg.embedding, EmbeddingCache(args.embedding_cache)
-                                      if cfg.embedding.cache else None)
-    rep = evaluate_answers(args.dir, cfg, emb, make_reranker(cfg.rerank, emb), budgets, limit=args.limit,
-                           baseline=not args.no_baseline)
+    emb = _embedder(cfg, args.embedding_cache)
+    with count_bar("questions") as progress:
+        rep = evaluate_answers(args.dir, cfg, emb, make_reranker(cfg.rerank, emb), budgets, limit=args.limit,
+                               baseline=not args.no_baseline, progress=progress)
     print(f"{rep.chunks} chunks; {rep.retriever}; rerank {cfg.rerank.kind}; trim order {cfg.trim.order}",
           file=sys.stderr)
-    print(f"{'method':<12} {'budget':>6} {'answer_in_context':>17} {'tokens_mean':>11} {'tokens_p95':>10}")
-    for r in rep.results:
-        print(f"{r.method:<12} {r.budget:>6} {r.answer_in_context:>17.3f} {r.context_tokens_mean:>11.1f} "
-              f"{r.context_tokens_p95:>10.1f}")
-    if args.json:
+    if not args.json:  # --json: only the JSON object on stdout
+        print(f"{'method':<12} {'budget':>6} {'answer_in_context':>17} {'tokens_mean':>11} {'tokens_p95':>10}")
+        for r in rep.results:
+            print(f"{r.method:<12} {r.budget:>6} {r.answer_in_context:>17.3f} {r.context_tokens_mean:>11.1f} "
+                  f"{r.context_tokens_p95:>10.1f}")
+    else:
         main = rep.budgeted()[-1] if len(budgets) == 1 else None
         obj = main.as_dict() if main else {"sweep": [r.as_dict() for r in rep.results]}
         if main:
@@ -80,26 +86,34 @@ def run_answers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _embedder(cfg, path: str) -> SentenceTransformerEmbedder:
+def _embedder(cfg: Config, path: str) -> SentenceTransformerEmbedder:
+    from ..embed.encoder import EmbeddingCache, SentenceTransformerEmbedder
+
     return SentenceTransformerEmbedder(cfg.embedding, EmbeddingCache(path) if cfg.embedding.cache else None)
 
 
 def run_followups(args: argparse.Namespace) -> int:
+    from ..eval.followups import KINDS, evaluate_followups
+    from ..retrieval.rerank import make_reranker
+
     cfg = load_config(args.config)
     emb = _embedder(cfg, args.embedding_cache)
     res = evaluate_followups(args.dir, cfg, emb, make_reranker(cfg.rerank, emb), limit=args.limit or None, k=args.k)
     print(f"{res['questions']} follow-ups, {res['documents']} dialogs ({res['chunks']} chunks); condensed query "
           f"differs from the question in {res['condensed_changed']:.0%}", file=sys.stderr)
+    if args.json:  # only the JSON object on stdout
+        print(json.dumps(res))
+        return 0
     print(f"{'query':<10} {'recall@' + str(args.k):>9} {'answer_in_context':>17} {'tokens_mean':>11}")
     for kind in KINDS:
         r = res[kind]
         print(f"{kind:<10} {r[f'recall@{args.k}']:>9.3f} {r['answer_in_context']:>17.3f} {r['context_tokens_mean']:>11.1f}")
-    if args.json:
-        print(json.dumps(res))
     return 0
 
 
 def run_longdocs(args: argparse.Namespace) -> int:
+    from ..eval.longdocs import build_long_documents
+
     cfg = load_config(args.config)
     emb = _embedder(cfg, ".ragbudget/embeddings.sqlite") if args.group == "topic" else None
     res = build_long_documents(args.src, args.out, tokens=args.tokens, group=args.group, embedder=emb,
@@ -109,12 +123,16 @@ def run_longdocs(args: argparse.Namespace) -> int:
 
 
 def run_history(args: argparse.Namespace) -> int:
+    from ..eval.history_eval import evaluate_history, load_canard
+    from ..kernels.tokens import Tokenizer
+
     cfg = load_config(args.config)
     recs = load_canard(args.dir, args.limit)
     res = evaluate_history(recs, args.sweep, Tokenizer(cfg.tokenizer.encoding), cfg.trim)
+    if args.json:  # only the JSON object on stdout
+        print(json.dumps({"sweep": [r.as_dict() for r in res]}))
+        return 0
     print(f"{'budget':>6} {'turns':>6} {'needed_kept':>11} {'fully_kept':>10} {'tokens_mean':>11}")
     for r in res:
         print(f"{r.budget:>6} {r.turns:>6} {r.needed_kept:>11.3f} {r.fully_kept:>10.3f} {r.history_tokens_mean:>11.1f}")
-    if args.json:
-        print(json.dumps({"sweep": [r.as_dict() for r in res]}))
     return 0

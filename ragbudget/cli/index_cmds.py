@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from contextlib import contextmanager
-from typing import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -17,19 +19,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config import Config, load_config
-from ..eval.retrieval import evaluate, load_beir
-from ..index import HybridIndex, IngestReport, default_embedder
-from ..index.filters import parse_filters
-from ..retrieval.registry import IndexRegistry
-from ..retrieval.search import MODES, HybridRetriever
 from .filter_args import add_filter_args, filters_from_args
+from .output import count_bar
+
+if TYPE_CHECKING:
+    from ..index import IngestReport
+
+# The library is imported inside the handlers, so `ragbudget --help` does not load torch and faiss.
+MODES = ("hybrid", "dense", "bm25")  # ragbudget.retrieval.search.MODES (a test checks they agree)
 
 STAGE_LABEL = {"load": "reading files", "chunk": "chunking", "embed": "embedding new chunks",
                "index": "building indexes", "save": "saving"}
 
 
 @contextmanager
-def _progress(console: Console, quiet: bool) -> Iterator:
+def ingest_progress(console: Console, quiet: bool) -> Iterator:
     """A ``progress(stage, done, total)`` callback drawn with rich (a no-op when quiet)."""
     if quiet:
         yield None
@@ -74,11 +78,14 @@ def print_report(report: IngestReport, console: Console) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from ..index import default_embedder
+    from ..retrieval.registry import IndexRegistry
+
     cfg = _config(args)
     out, err = Console(), Console(stderr=True)
     registry = IndexRegistry(cfg, default_embedder(cfg))
     try:
-        with _progress(err, args.quiet) as progress:
+        with ingest_progress(err, args.quiet) as progress:
             report = registry.ingest(args.path, args.index, rebuild=args.rebuild, progress=progress)
     finally:
         registry.close()
@@ -87,21 +94,38 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
+    from ..index import default_embedder
+    from ..retrieval.registry import IndexRegistry
+
     if not args.doc_id and not args.source:
         raise SystemExit("ragbudget delete: name what to delete with --doc-id ID and/or --source PATH")
     cfg = _config(args)
+    # `ragbudget ingest` stores each file's absolute, resolved path: a relative --source means the same file
+    sources = [s if os.path.isabs(s) else str(Path(s).expanduser().resolve()) for s in args.source]
     registry = IndexRegistry(cfg, default_embedder(cfg))
     try:
-        removed = registry.delete(args.index, doc_ids=args.doc_id, sources=args.source)
+        removed = registry.delete(args.index, doc_ids=args.doc_id, sources=sources)
         version = registry.get(args.index).index.version
     finally:
         registry.close()
-    Console().print(f"removed {removed} chunk(s) from index {escape(args.index)!s}; version {version}"
-                    if removed else f"nothing matched in index {escape(args.index)}; nothing changed")
-    return 0 if removed else 1
+    if removed:
+        Console().print(f"removed {removed} chunk(s) from index {args.index}; version {version}",
+                        markup=False, highlight=False)
+        return 0
+    looked = [f"source {s}" for s in sources] + [f"doc id {d}" for d in args.doc_id]
+    Console(stderr=True).print(
+        f"nothing matched in index {args.index} ({'; '.join(looked)}); nothing changed\n"
+        "  fix: --source is a file's path as ingested (absolute; a relative path is resolved from here); "
+        f"`ragbudget search QUERY --index {args.index} --json` shows each chunk's source and doc_id",
+        markup=False, highlight=False)
+    return 1
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from ..index import default_embedder
+    from ..index.filters import parse_filters
+    from ..retrieval.registry import IndexRegistry
+
     cfg = _config(args)
     flt = parse_filters(filters_from_args(args))
     registry = IndexRegistry(cfg, default_embedder(cfg))
@@ -143,6 +167,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_retrieval(args: argparse.Namespace) -> int:
+    from ..eval.retrieval import evaluate, load_beir
+    from ..index import HybridIndex, default_embedder
+    from ..retrieval.search import HybridRetriever
+
     cfg = _config(args)
     err = Console(stderr=True)
     beir = load_beir(args.dir)
@@ -150,11 +178,13 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="ragbudget-eval-") as tmp:
         icfg = cfg if args.index else cfg.with_overrides({"index.dir": tmp})
         name = args.index or "eval"
-        with _progress(err, args.json) as progress:
+        with ingest_progress(err, args.json) as progress:
             index = HybridIndex.open_or_create(name, icfg, embedder)
             report = index.ingest(beir.corpus_path, embedder, progress=progress, save=bool(args.index))
         retriever = HybridRetriever(index, cfg.retrieval, embedder)
-        metrics = evaluate(retriever, beir, args.mode or cfg.retrieval.mode, limit_queries=args.limit_queries)
+        with count_bar("querying", args.json) as on_query:
+            metrics = evaluate(retriever, beir, args.mode or cfg.retrieval.mode, limit_queries=args.limit_queries,
+                               on_query=on_query)
         retriever.close()
     if not args.json:
         t = Table(title=f"retrieval eval · {beir.folder.name} · {args.mode or cfg.retrieval.mode} · "

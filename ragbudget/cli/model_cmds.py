@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..llm.gguf_writer import GGUFSpec, write_random_gguf
 from .moved import add_moved
 
 
@@ -25,6 +24,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _make_gguf(args: argparse.Namespace) -> int:
+    from ..llm.gguf_writer import GGUFSpec, write_random_gguf  # in the handler: a fast `--help`
+
     spec = GGUFSpec(layers=args.layers, dim=args.dim, heads=args.heads, kv_heads=args.kv_heads, ff=args.ff,
                     context_length=args.context_length, seed=args.seed)
     path = write_random_gguf(args.out, spec)

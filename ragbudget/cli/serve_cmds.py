@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 
-import uvicorn
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ..service.batch_queries import run_batch
 from ..config import load_config
-from ..pipeline import RAG
-from ..service.app import CONFIG_ENV, create_app
+
+# The service and the library are imported inside the handlers, so `ragbudget --help` stays fast.
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ..service.app import CONFIG_ENV, create_app
+
     path = args.serve_config or args.config
     cfg = load_config(path)
     host, port = args.host or cfg.service.host, args.port or cfg.service.port
@@ -49,10 +52,14 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def batch(args: argparse.Namespace) -> int:
+    from ..pipeline import RAG
+    from ..service.batch_queries import run_batch
+
     cfg = load_config(args.batch_config or args.config)
     rag = RAG(cfg, index=args.index)
     rag.warm_up()
-    with Progress(TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
+    with Progress(TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True)) as bar:
         task = bar.add_task("batch", total=None)
 
         def progress(done: int, total: int) -> None:

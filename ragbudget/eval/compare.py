@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rich.table import Table
 
+from .outcome import ABORT_AFTER, all_failing
 from .replay import SUMMARY_ROWS, RequestResult, Target, summarize
 from .traffic import TrafficRecord, history_for
 
@@ -33,6 +34,7 @@ class CompareReport:
     a: list[RequestResult]
     b: list[RequestResult]
     wall_s: float
+    aborted: str | None = None  # why it stopped early (every request to both sides was failing)
 
     def summary(self) -> dict[str, Any]:
         sa = summarize(self.a, self.wall_s, target=self.name_a)
@@ -44,24 +46,32 @@ class CompareReport:
                 ratios[k] = round(vb / va, 3)
             else:
                 ratios[k] = None
-        return {"a": sa, "b": sb, "ratio_b_over_a": ratios}
+        return {"a": sa, "b": sb, "ratio_b_over_a": ratios, "aborted": self.aborted}
 
 
 async def compare(records: Sequence[TrafficRecord], a: Target, b: Target, *, max_requests: int | None = None,
-                  max_s: float = 600.0) -> CompareReport:
-    """Send every request to both targets, alternating which goes first; bounded in count and time."""
+                  max_s: float = 600.0, abort_after: int | None = ABORT_AFTER,
+                  on_result: Callable[[RequestResult], None] | None = None) -> CompareReport:
+    """Send every request to both targets, alternating which goes first; bounded in count and time, and
+    stopped once ``abort_after`` requests to each side have all failed."""
     recs = list(records)[: max_requests or None]
     ra: list[RequestResult] = []
     rb: list[RequestResult] = []
     t0 = time.perf_counter()
+    aborted = None
     for i, rec in enumerate(recs):
         if time.perf_counter() - t0 > max_s:
+            break
+        if abort_after and all_failing(ra, abort_after) and all_failing(rb, abort_after):
+            aborted = f"stopped after the first {len(ra)} requests to each side all failed"
             break
         hist = history_for(recs, i)
         pair = ((a, ra), (b, rb)) if i % 2 == 0 else ((b, rb), (a, ra))
         for target, out in pair:
             out.append(await target.send(rec, hist))
-    return CompareReport(a.name, b.name, ra, rb, time.perf_counter() - t0)
+            if on_result is not None:
+                on_result(out[-1])
+    return CompareReport(a.name, b.name, ra, rb, time.perf_counter() - t0, aborted)
 
 
 def compare_table(summary: dict[str, Any]) -> Table:

@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import httpx
 from matplotlib.figure import Figure
@@ -23,6 +23,7 @@ from rich.table import Table
 from ..errors import AdmissionError, RagBudgetError
 from ..pipeline import RAG
 from ..types import FinalEvent, Message, TokenEvent
+from .outcome import ABORT_AFTER, all_failing, error_causes
 from .ranking import percentile
 from .traffic import TrafficRecord, history_for
 
@@ -199,10 +200,12 @@ class ReplayReport:
     target: str
     results: list[RequestResult]
     wall_s: float
-    skipped: int = 0  # requests not sent because of max_requests / max_s
+    skipped: int = 0  # requests not sent because of max_requests / max_s, or after an abort
+    aborted: str | None = None  # why the schedule stopped early (every request was failing)
 
     def summary(self) -> dict[str, Any]:
-        return summarize(self.results, self.wall_s, skipped=self.skipped, target=self.target)
+        return {**summarize(self.results, self.wall_s, skipped=self.skipped, target=self.target),
+                "aborted": self.aborted}
 
     def to_json(self) -> str:
         return json.dumps({"summary": self.summary(), "requests": [asdict(r) for r in self.results]},
@@ -210,26 +213,38 @@ class ReplayReport:
 
 
 async def replay(records: Sequence[TrafficRecord], target: Target, *, max_requests: int | None = None,
-                 max_s: float = 300.0, speed: float = 1.0, max_in_flight: int = 64) -> ReplayReport:
-    """Send ``records`` at their arrival times; stop scheduling after ``max_requests`` or ``max_s``."""
+                 max_s: float = 300.0, speed: float = 1.0, max_in_flight: int = 64,
+                 abort_after: int | None = ABORT_AFTER,
+                 on_result: Callable[[RequestResult], None] | None = None) -> ReplayReport:
+    """Send ``records`` at their arrival times; stop scheduling after ``max_requests`` or ``max_s``, or
+    once ``abort_after`` requests have finished and all failed (the report says so in ``aborted``).
+    ``on_result`` is called with each finished request (a progress display)."""
     recs = list(records)[: max_requests or None]
     sem = asyncio.Semaphore(max_in_flight)
     results: list[RequestResult] = []
 
+    aborted: list[str] = []
+
     async def fire(i: int) -> None:
         async with sem:
+            if aborted:  # every request so far failed: the rest are not sent (counted as skipped)
+                return
             try:
                 results.append(await target.send(recs[i], history_for(recs, i)))
             except Exception as err:  # noqa: BLE001 - a crash is a result (500), never a lost request
                 rec = recs[i]
                 results.append(RequestResult(id=rec.id, kind=rec.kind, tenant=rec.tenant, arrival_s=rec.t,
                                              status=500, error=f"{type(err).__name__}: {err}"))
+            if on_result is not None:
+                on_result(results[-1])
+            if abort_after and not aborted and all_failing(results, abort_after):
+                aborted.append(f"stopped after the first {len(results)} requests all failed")
 
     tasks: dict[asyncio.Task[None], int] = {}
     t0 = time.perf_counter()
     for i, rec in enumerate(recs):
         at = rec.t / speed
-        if at > max_s:
+        if at > max_s or aborted:
             break
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
         tasks[asyncio.create_task(fire(i))] = i
@@ -244,7 +259,7 @@ async def replay(records: Sequence[TrafficRecord], target: Target, *, max_reques
         await asyncio.gather(*pending, return_exceptions=True)
     wall = time.perf_counter() - t0
     return ReplayReport(target=target.name, results=sorted(results, key=lambda r: r.arrival_s), wall_s=wall,
-                        skipped=len(records) - len(tasks))
+                        skipped=len(records) - len(results), aborted=aborted[0] if aborted else None)
 
 
 def _pcts(values: Sequence[float], prefix: str) -> dict[str, float | None]:
@@ -294,6 +309,7 @@ def summarize(results: Sequence[RequestResult], wall_s: float, *, skipped: int =
         if not r.ok:
             errs[str(r.status)] = errs.get(str(r.status), 0) + 1
     out["errors_by_status"] = errs
+    out["error_causes"] = error_causes(results)
     return out
 
 

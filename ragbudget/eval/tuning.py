@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
+import yaml
 
-from ..config import Config, dump_config, load_config
+from ..config import Config, load_config
 from ..stages.context import ContextBuilder
 from ..embed.encoder import Embedder
 from ..errors import ConfigError
@@ -77,12 +78,27 @@ def tuned_config(base: Config, row: Mapping[str, Any]) -> Config:
                                                rerank=row["rerank"], trim=row["trim"]))
 
 
+def changed_keys(cfg: Config, base: Config | None = None) -> dict[str, Any]:
+    """The nested part of ``cfg`` that differs from ``base`` (default: the built-in defaults)."""
+    def diff(a: Any, b: Any) -> Any:
+        if isinstance(a, dict) and isinstance(b, dict):
+            out = {k: d for k in a if (d := diff(a[k], b.get(k, _MISSING))) is not _MISSING}
+            return out or _MISSING
+        return _MISSING if a == b else a
+    got = diff(cfg.model_dump(mode="json"), (base or Config()).model_dump(mode="json"))
+    return {} if got is _MISSING else got
+
+
+_MISSING: Any = object()
+
+
 def write_config(cfg: Config, path: str | Path) -> Config:
-    """Write ``cfg`` as YAML at ``path`` (folders created) and return it re-read with ``load_config``
-    (environment ignored), so a file that ``ragbudget serve --config`` would reject fails here."""
+    """Write the keys of ``cfg`` that differ from the defaults as YAML at ``path`` (folders created), so
+    the file stays valid as defaults change, and return it re-read with ``load_config`` (environment
+    ignored): a file that ``ragbudget serve --config`` would reject fails here."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    dump_config(cfg, p)
+    p.write_text(yaml.safe_dump(changed_keys(cfg), sort_keys=False), encoding="utf-8")
     return load_config(p, environ={})
 
 

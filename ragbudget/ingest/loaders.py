@@ -236,8 +236,24 @@ def load_path(path: str | os.PathLike[str], report: LoadReport | None = None, *,
                           fix=f"add {', '.join(sorted(SUPPORTED_SUFFIXES))} files to it, or point at another folder")
     docs: list[Document] = []
     for f in files:
+        if is_eval_file(f):
+            report.skip(str(f), "evaluation file of a BEIR/answers folder (questions, not documents): "
+                                 "only corpus.jsonl is ingested from a folder that has one")
+            continue
         docs.extend(load_file(f, report, policy, max_bytes))
     return _check_ids(docs, p, ids), report
+
+
+# Files of the evaluation layouts (DESIGN.md) that hold questions or judgments, not documents.
+EVAL_FILES = re.compile(r"^(queries|questions(_[\w-]+)?)\.jsonl$")
+
+
+def is_eval_file(f: Path) -> bool:
+    """Whether ``f`` is the questions/queries/qrels side of an evaluation folder: one whose ``corpus.jsonl``
+    sits in ``f``'s folder (or, for ``qrels/``, its parent)."""
+    if f.parent.name == "qrels" and (f.parent.parent / "corpus.jsonl").is_file():
+        return True
+    return bool(EVAL_FILES.match(f.name)) and (f.parent / "corpus.jsonl").is_file() and f.name != "corpus.jsonl"
 
 
 def check_record_ids(docs: list[Document]) -> list[Document]:
