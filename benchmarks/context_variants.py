@@ -57,14 +57,14 @@ def run(sets: list[str], n: int, variants: dict[str, dict], data: Path, work: Pa
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", default="squad2,hotpot_dev")
     ap.add_argument("--n", type=int, default=40, help="questions per set")
     ap.add_argument("--data", default="../shared/data/eval")
     ap.add_argument("--work", default="/tmp/ragbudget-context-variants")
     ap.add_argument("--variant", action="append", default=[], help='NAME={"dotted.key": value, ...}')
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     variants = {"default": {}}
     for v in args.variant:
         name, _, spec = v.partition("=")
