@@ -169,40 +169,61 @@ def ask_llamaindex(index: VectorStoreIndex, llm: GeneratorLLM, q: dict) -> dict[
 
 # ------------------------------------------------------------------ one set
 def run_set(name: str, data: Path, work: Path, emb: SentenceTransformerEmbedder, model: Path, n: int,
-            n_ctx: int, threads: int, log: Callable[[str], None]) -> dict[str, Any]:
-    corpus, qs = load_set(name, data, work, emb, n)
+            n_ctx: int, threads: int, log: Callable[[str], None], *, offset: int = 0,
+            variants: dict[str, dict] | None = None, baseline: bool = True) -> dict[str, Any]:
+    """One set: ragbudget (its defaults, or each of ``variants``: config overrides) against LlamaIndex's
+    defaults (``baseline``), questions ``offset`` … ``offset + n``, interleaved, the first system alternating."""
+    corpus, qs = load_set(name, data, work, emb, n + offset)
+    qs = qs[offset:offset + n]
+    variants = variants or {"ragbudget": {}}
     tier = {"name": "smollm2", "backend": "llamacpp", "model": str(model), "context_window": n_ctx, "n_ctx": n_ctx,
             "n_threads": threads, "max_output_tokens": 256, "timeout_s": 300.0, "first_token_timeout_s": 120.0}
     ours_gen = LlamaCppGenerator(str(model), n_ctx=n_ctx, n_threads=threads)
-    base_gen = LlamaCppGenerator(str(model), n_ctx=n_ctx, n_threads=threads)
-    cfg = Config().with_overrides({"index.dir": str(work / "indexes"), "index.name": name,
-                                   "cache.response": False, "cache.retrieval": False,
-                                   "cache.semantic.enabled": False, "llm.tiers": [tier]})
-    rag = RAG(cfg, embedder=emb, generators={"smollm2": ours_gen})
-    rag.warm_up()
-    rag.ingest(corpus)
-    index = VectorStoreIndex.from_documents(read_corpus(corpus), embed_model=RagbudgetEmbedding(emb, fresh_queries=True))
-    llm = GeneratorLLM(base_gen, context_window=n_ctx, num_output=256, model_name=model.name)
-    ours: list[dict] = []
+    rags: dict[str, RAG] = {}
+    for vname, over in variants.items():
+        cfg = Config().with_overrides({"index.dir": str(work / "indexes"), "index.name": name,
+                                       "cache.response": False, "cache.retrieval": False,
+                                       "cache.semantic.enabled": False, "llm.tiers": [tier], **over})
+        rags[vname] = RAG(cfg, embedder=emb, generators={"smollm2": ours_gen})
+    first = next(iter(rags.values()))
+    first.warm_up()
+    if not (work / "indexes" / name).exists():
+        first.ingest(corpus)
+    index = llm = None
+    if baseline:
+        base_gen = LlamaCppGenerator(str(model), n_ctx=n_ctx, n_threads=threads)
+        index = VectorStoreIndex.from_documents(read_corpus(corpus),
+                                                embed_model=RagbudgetEmbedding(emb, fresh_queries=True))
+        llm = GeneratorLLM(base_gen, context_window=n_ctx, num_output=256, model_name=model.name)
+    ours: dict[str, list[dict]] = {v: [] for v in rags}
     base: list[dict] = []
     try:
         for i, q in enumerate(qs):  # interleaved, the first system alternating
-            if i % 2 == 0:
-                ours.append(ask_ragbudget(rag, q))
-                base.append(ask_llamaindex(index, llm, q))
-            else:
-                base.append(ask_llamaindex(index, llm, q))
-                ours.append(ask_ragbudget(rag, q))
+            turn: list[Callable[[], None]] = [
+                (lambda v=v: ours[v].append(ask_ragbudget(rags[v], q))) for v in rags]  # type: ignore[misc]
+            if baseline:
+                turn.append(lambda: base.append(ask_llamaindex(index, llm, q)))  # type: ignore[arg-type]
+            for step in (turn if i % 2 == 0 else turn[::-1]):
+                step()
             if (i + 1) % 5 == 0 or i + 1 == len(qs):
-                log(f"{name}: {i + 1}/{len(qs)} · acc {sum(r['correct'] for r in ours)}/"
-                    f"{sum(r['correct'] for r in base)} · prompt {_mean(ours, 'prompt_tokens'):.0f}/"
-                    f"{_mean(base, 'prompt_tokens'):.0f}")
+                accs = " ".join(f"{v} {sum(r['correct'] for r in rows)}" for v, rows in ours.items())
+                toks = " ".join(f"{v} {_mean(rows, 'prompt_tokens'):.0f}" for v, rows in ours.items())
+                log(f"{name}: {i + 1}/{len(qs)} · correct {accs}"
+                    + (f" llamaindex {sum(r['correct'] for r in base)}" if baseline else "")
+                    + f" · prompt {toks}" + (f" llamaindex {_mean(base, 'prompt_tokens'):.0f}" if baseline else ""))
     finally:
-        rag.close()
-    return {"questions": len(qs), "ragbudget": summarize(ours), "llamaindex": summarize(base),
-            "sign_test": _sign(ours, base), "samples": [{"q": q["text"], "gold": q["answers"][:2],
-                                                        "ragbudget": a["answer"][:200], "llamaindex": b["answer"][:200]}
-                                                       for q, a, b in list(zip(qs, ours, base))[:3]]}
+        for rag in rags.values():
+            rag.close()
+    main_rows = next(iter(ours.values()))
+    out: dict[str, Any] = {"questions": len(qs), "ragbudget": summarize(main_rows)}
+    if len(ours) > 1 or not baseline:
+        out["variants"] = {v: summarize(rows) for v, rows in ours.items()}
+    if baseline:
+        out["llamaindex"] = summarize(base)
+        out["sign_test"] = _sign(main_rows, base)
+        out["samples"] = [{"q": q["text"], "gold": q["answers"][:2], "ragbudget": a["answer"][:200],
+                           "llamaindex": b["answer"][:200]} for q, a, b in list(zip(qs, main_rows, base))[:3]]
+    return out
 
 
 def _mean(rows: list[dict], key: str) -> float:
@@ -274,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads per engine (1: see llamacpp_threads.py)")
     ap.add_argument("--data", default=str(EVAL_DATA), help="folder holding squad2/ and hotpot_dev/")
+    ap.add_argument("--offset", type=int, default=0, help="skip this many questions per set (tune on others)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help='NAME={"dotted.key": value, ...}: ragbudget with these overrides (repeatable; the first is '
+                         'the one compared with LlamaIndex)')
+    ap.add_argument("--no-baseline", action="store_true", help="ragbudget's variants only, no LlamaIndex")
+    ap.add_argument("--work", default=None, help="keep indexes and embeddings here between runs (default: a temp dir)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--write", default=None, help="update the real-answer headline in this BENCHMARKS.md")
     args = ap.parse_args(argv)
@@ -286,16 +313,28 @@ def main(argv: list[str] | None = None) -> int:
 
     out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "model": model.name, "n_ctx": args.n_ctx,
                            "threads": args.threads, "sets": {}}
+    variants: dict[str, dict] = {}
+    for v in args.variant:
+        vname, _, spec = v.partition("=")
+        variants[vname] = json.loads(spec)
     with tempfile.TemporaryDirectory(prefix="rb-real-headline-") as tmp:
-        work = Path(tmp)
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         emb = SentenceTransformerEmbedder(Config().embedding, cache=EmbeddingCache(work / "emb.sqlite"))
         emb.warm_up()
         for name in [s.strip() for s in args.sets.split(",") if s.strip()]:
-            out["sets"][name] = run_set(name, data, work, emb, model, args.n, args.n_ctx, args.threads, log)
+            out["sets"][name] = run_set(name, data, work, emb, model, args.n, args.n_ctx, args.threads, log,
+                                        offset=args.offset, variants=variants or None, baseline=not args.no_baseline)
             log(f"{name} done: {json.dumps({k: v for k, v in out['sets'][name].items() if k != 'samples'})}")
     out["wall_s"] = round(time.perf_counter() - t0, 1)
-    table = markdown(out)
     print(json.dumps(out, indent=1))
+    if args.no_baseline:
+        for name, r in out["sets"].items():
+            for vname, m in r["variants"].items():
+                print(f"{name:10s} {vname:14s} acc {m['accuracy']:.3f} f1 {m['f1']:.3f} aic {m['answer_in_context']:.2f} "
+                      f"both {m['support_both']} prompt {m['prompt_tokens']:.0f} ttft50 {m['ttft_p50_ms']:.0f}")
+        return 0
+    table = markdown(out)
     print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1), encoding="utf-8")

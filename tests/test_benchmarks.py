@@ -45,9 +45,10 @@ SCRIPTS = {
     "cache_lookup": ["--redis-url", "-n"],
     "retrieval_modes": ["folders", "--config", "--json"],
     "cold_ingest": ["before", "after", "data", "--rounds", "--only"],
-    "real_headline": ["--n", "--sets", "--n-ctx", "--threads", "--data", "--json", "--write"],
+    "real_headline": ["--n", "--sets", "--n-ctx", "--threads", "--data", "--offset", "--variant", "--no-baseline",
+                      "--work", "--json", "--write"],
     "llamacpp_threads": ["--tokens", "--rounds", "--threads", "--load"],
-    "context_variants": ["--sets", "--n", "--data", "--work", "--variant"],
+    "context_variants": ["--sets", "--n", "--data", "--work", "--offset", "--variant"],
 }
 
 

@@ -96,8 +96,18 @@ def test_window_brings_the_neighbour_of_the_best_sentence(scorer):
     text = r.kept[0].chunk.text
     assert "777 kilometres" in text and "The Seine flows through Paris" in text
     alone = trim_chunks("How many kilometres long is it?", items()[1:2], 4000, TOK, scorer,
-                        TrimConfig(sentence_window=0, evidence_floor=1.0, parent_share=0))
+                        TrimConfig(sentence_window=0, evidence_floor=1.0, parent_share=0, anaphora=False))
     assert alone.kept[0].chunk.text.count(".") == 1
+
+
+def test_a_sentence_opening_with_a_pronoun_brings_its_referent_without_a_window(scorer):
+    """window 0, anaphora on (the default): 'It is 777 kilometres long' brings the sentence before it and
+    nothing else; a sentence that names its subject comes alone."""
+    cfg = TrimConfig(sentence_window=0, evidence_floor=1.0, parent_share=0)
+    r = trim_chunks("How many kilometres long is it?", items()[1:2], 4000, TOK, scorer, cfg)
+    assert r.kept[0].chunk.text == "The Seine flows through Paris. It is 777 kilometres long."
+    named = trim_chunks("Which museum is the most visited in the world?", items()[:1], 4000, TOK, scorer, cfg)
+    assert named.kept[0].chunk.text == "The Louvre is the most visited museum in the world."
 
 
 def test_repeated_sentence_of_overlapping_chunks_is_sent_once(scorer):
@@ -128,10 +138,58 @@ def test_parent_chunk_comes_whole_when_the_best_sentence_does_not_echo_the_quest
     """'Which bridges are famous?' finds one sentence holding half its terms: that sentence's chunk (the
     parent) goes in whole, and the result says so. A best sentence holding every question term, or a chunk
     over parent_share of the budget, gets sentences only."""
-    cfg = TrimConfig(sentence_window=0, evidence_floor=1.0)
+    cfg = TrimConfig(sentence_window=0, evidence_floor=1.0, parent_share=0.5)  # off by default (issue 27)
     weak = trim_chunks("Which bridges are famous?", items()[1:2], 400, TOK, scorer, cfg)
     assert weak.kept[0].chunk.text == RIVER and "whole chunk of the best sentence" in weak.stop_note
     strong = trim_chunks("Which bridges cross the river centre?", items()[1:2], 400, TOK, scorer, cfg)
     assert "777" not in strong.kept[0].chunk.text
     small = trim_chunks("Which bridges are famous?", items()[1:2], 40, TOK, scorer, cfg)
     assert "777" not in small.kept[0].chunk.text  # the chunk is over parent_share × 40 tokens
+
+
+# ---------------------------------------------------------------- adaptive-k and the multi-hop bridge
+KISS = ("Kiss and Tell (1945 film)", "Kiss and Tell is a 1945 American comedy film starring then 17-year-old "
+        "Shirley Temple as Corliss Archer. In the film, two teenage girls cause their respective parents much "
+        "concern when they start to become interested in boys. The parents' bickering about which girl is the "
+        "worse influence causes more problems than it solves.")
+TEMPLE = ("Shirley Temple", "Shirley Temple Black was an American actress, singer, dancer, businesswoman, and "
+          "diplomat who was Hollywood's number one box-office draw as a child actress from 1935 to 1938. As an "
+          "adult, she was named United States ambassador to Ghana and to Czechoslovakia and also served as Chief "
+          "of Protocol of the United States.")
+FILLER = [("Corliss Archer (radio)", "Meet Corliss Archer was a radio program that ran from 1943 to 1956. It was "
+           "broadcast by CBS and later by NBC. Fewer than 24 episodes are known to exist."),
+          ("Janet Waldo", "Janet Waldo was an American radio and voice actress. She voiced Judy Jetson. She played "
+           "the title character in Meet Corliss Archer on radio.")]
+
+
+def _docs(pairs, scores):
+    return [Scored(Chunk(id=f"h{i}", doc_id=f"doc{i}", text=text, metadata={"title": title}), score=sc)
+            for i, ((title, text), sc) in enumerate(zip(pairs, scores))]
+
+
+def test_the_bridge_brings_the_document_the_first_hop_names(scorer):
+    """Multi-hop: the film's sentence names Shirley Temple (the question does not); her document then sends
+    its best sentences even though it scores low against the question, and the ledger note says why. A title
+    the question itself names (Corliss Archer) is no bridge."""
+    q = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+    cands = _docs([KISS] + FILLER + [TEMPLE], [0.9, 0.6, 0.55, 0.3])
+    cfg = TrimConfig(sentence_window=0, parent_share=0, evidence_floor=0.9, gap_window=0)
+    without = trim_chunks(q, cands, 300, TOK, scorer, cfg.model_copy(update={"bridge": 0}))
+    with_bridge = trim_chunks(q, cands, 300, TOK, scorer, cfg)
+    assert "doc3" not in {s.chunk.doc_id for s in without.kept}  # too weak on its own
+    assert "doc3" in {s.chunk.doc_id for s in with_bridge.kept}
+    assert "Chief of Protocol" in " ".join(s.chunk.text for s in with_bridge.kept)  # its two best sentences
+    assert "Shirley Temple" in with_bridge.stop_note and "bridge" in with_bridge.stop_note
+    assert with_bridge.used <= 300
+
+
+def test_the_score_gap_ends_the_evidence(scorer):
+    """Adaptive-k: one sentence clearly answers, the rest trail far behind; the gap stop sends fewer tokens
+    than the floor alone, keeps the answer, and says why it stopped."""
+    q = "How long is the Seine?"
+    cfg = TrimConfig(sentence_window=0, parent_share=0, evidence_floor=0.0, coverage_floor=0.0, bridge=0)
+    no_gap = trim_chunks(q, items(), 400, TOK, scorer, cfg.model_copy(update={"gap_window": 0}))
+    gap = trim_chunks(q, items(), 400, TOK, scorer, cfg)
+    assert "777 kilometres" in " ".join(s.chunk.text for s in gap.kept)
+    assert gap.used < no_gap.used
+    assert gap.stop == "evidence" and "score gap" in gap.stop_note

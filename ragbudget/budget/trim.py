@@ -11,6 +11,7 @@ its chunk (and so its citation). Scoring (:meth:`SentencePlan.build`) is separat
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
@@ -60,6 +61,7 @@ class SentencePlan:
     term_sets: list[list[frozenset[str]]] = field(default_factory=list)
     lexical: list[list[float]] = field(default_factory=list)  # share of the question's term weight held
     query_weights: dict[str, float] = field(default_factory=dict)  # question term → idf
+    question: str = ""
 
     @classmethod
     def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
@@ -98,7 +100,7 @@ class SentencePlan:
             k += len(ss)
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
-                   term_sets=term_sets, lexical=lexical, query_weights=q_weights)
+                   term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query)
 
     def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
              overhead_per_chunk: int = 0) -> TrimResult:
@@ -129,6 +131,8 @@ class SentencePlan:
         stop, note, skipped = "exhausted", "", 0
         q_total = sum(self.query_weights.values())
         covered: set[str] = set()
+        limit, gap_note = _gap_limit([c[0] for c in cand], cfg) if cfg.adaptive else (len(cand), "")
+        primaries = 0
 
         def add(ci: int, jj: int) -> bool:
             """Put sentence jj of chunk ci in if it is new and fits; False when it did not fit."""
@@ -149,6 +153,9 @@ class SentencePlan:
             return True
 
         for sc, ci, j in cand:
+            if used and primaries >= limit:
+                stop, note = "evidence", gap_note
+                break
             if used and sc < floor:
                 stop = "evidence"
                 note = (f"evidence ran out: next sentence scored {sc:.2f} < {cfg.evidence_floor:g} × best "
@@ -163,7 +170,11 @@ class SentencePlan:
                     break
             w = cfg.sentence_window if sc >= wfloor else 0
             n = len(self.sentences[ci])
-            for jj in [j] + [x for x in range(j - w, j + w + 1) if x != j and 0 <= x < n]:
+            before_primary = used
+            around = [x for x in range(j - w, j + w + 1) if x != j and 0 <= x < n]
+            if cfg.anaphora and j > 0 and j - 1 not in around and _opens_with_reference(self.sentences[ci][j]):
+                around.insert(0, j - 1)  # "He then …": the sentence naming who comes along
+            for jj in [j] + around:
                 if add(ci, jj):
                     continue
                 text = self.sentences[ci][jj]
@@ -178,8 +189,16 @@ class SentencePlan:
                         truncated.add(ci)
                 elif jj == j:
                     skipped += 1
+            if used > before_primary:
+                primaries += 1
         if stop == "exhausted" and skipped:
             stop, note = "budget", f"budget full: {skipped} relevant sentences did not fit in {budget} tokens"
+        # Bridge (multi-hop): a candidate document the kept evidence names by its title (the entity the first
+        # hop leads to) sends its best sentence, however it scored against the question.
+        if cfg.bridge > 0 and chosen:
+            added = self._bridge(chosen, cfg.bridge, cfg.bridge_sentences, add)
+            if added:
+                note = (note + "; " if note else "") + "bridge: " + ", ".join(added) + " named by the evidence"
         # Parent of the best sentence: when that sentence alone holds little of the question (the answer is
         # likely a neighbour the question does not echo), its whole chunk goes in if it takes at most
         # parent_share of the budget.
@@ -196,6 +215,31 @@ class SentencePlan:
                     f"whole chunk of the best sentence added ({used - before} tokens): that sentence holds "
                     f"{best_lex:.0%} of the question's term weight")
         return self._result(chosen, used, cfg, truncated, stop=stop, note=note)
+
+    def _bridge(self, chosen: dict[int, dict[int, str]], limit: int, per_doc: int,
+                add: Callable[[int, int], bool]) -> list[str]:
+        """Add the ``per_doc`` best sentences of up to ``limit`` unchosen candidates whose document title the chosen
+        sentences name and the question does not (a new entity: whole words, case-insensitive, a parenthesised
+        qualifier ignored); their titles."""
+        kept_text = " ".join(t for picks in chosen.values() for t in picks.values()).lower()
+        question = self.question.lower()
+        chosen_docs = {self.items[ci].chunk.doc_id for ci in chosen}
+        added: list[str] = []
+        for ci, s in enumerate(self.items):
+            if len(added) >= limit:
+                break
+            title = _bare_title(s.chunk.title)
+            if ci in chosen or s.chunk.doc_id in chosen_docs or not title or not self.scores[ci]:
+                continue
+            named = re.compile(r"(?<!\w)" + re.escape(title) + r"(?!\w)")
+            if not named.search(kept_text) or named.search(question):
+                continue
+            for j in sorted(range(len(self.scores[ci])), key=lambda x: -self.scores[ci][x])[:per_doc]:
+                add(ci, j)
+            if ci in chosen:
+                chosen_docs.add(s.chunk.doc_id)
+                added.append(repr(s.chunk.title))
+        return added
 
     def _near_duplicate(self, ci: int, j: int, kept: list[frozenset[str]], threshold: float) -> bool:
         """Is sentence ``j`` of chunk ``ci`` a near-copy (term-set Jaccard ≥ threshold) of one already in?"""
@@ -255,6 +299,35 @@ class SentencePlan:
         kept_pairs.sort(key=lambda t: (-t[0], t[1]))
         kept = order_context([p[2] for p in kept_pairs], cfg.order)
         return TrimResult(kept=kept, used=used, dropped=dropped, compressed=compressed, stop=stop, stop_note=note)
+
+
+_REFERENCE = re.compile(r"^\W*(he|she|it|they|his|her|its|their|them|him|this|these|that|those|there|the latter|"
+                        r"the former|both|such)\b", re.IGNORECASE)
+
+
+def _opens_with_reference(sentence: str) -> bool:
+    """Does the sentence open with a pronoun or demonstrative whose referent is in an earlier sentence?"""
+    return bool(_REFERENCE.match(sentence))
+
+
+def _bare_title(title: str) -> str:
+    """A title as running text would name it: lower case, without a trailing "(qualifier)"; "" when too
+    short to be a name (under 4 characters)."""
+    t = re.sub(r"\s*\([^)]*\)\s*$", "", " ".join(str(title or "").split())).lower()
+    return t if len(t) >= 4 else ""
+
+
+def _gap_limit(scores: Sequence[float], cfg: TrimConfig) -> tuple[int, str]:
+    """Adaptive-k over sentences: how many of the best-first ``scores`` to take, from the largest drop among
+    the first ``cfg.gap_window`` (+ ``cfg.gap_buffer``), and the ledger's note for that stop."""
+    top = list(scores[:cfg.gap_window + 1])
+    if cfg.gap_window <= 0 or len(top) < 3:
+        return len(scores), ""
+    gaps = [top[i] - top[i + 1] for i in range(len(top) - 1)]
+    k = max(range(len(gaps)), key=lambda i: (gaps[i], -i)) + 1  # first of the largest drops
+    limit = k + cfg.gap_buffer
+    return limit, (f"score gap: the largest drop among the best {len(top)} sentences comes after sentence {k} "
+                   f"({top[k - 1]:.2f} → {top[k]:.2f}); {limit} taken")
 
 
 @lru_cache(maxsize=1)

@@ -96,13 +96,25 @@ class TrimConfig(_Section):
     evidence_floor: float = Field(0.65, ge=0, le=1)
     sentence_window: int = Field(1, ge=0, le=5)
     window_floor: float = Field(0.9, ge=0, le=1)
+    # a chosen sentence that opens with a pronoun or demonstrative ("He …", "This …") brings the sentence
+    # before it, whatever sentence_window says
+    anaphora: bool = True
     # ...and once the context holds coverage_stop of the question's term weight (idf), a sentence under
     # coverage_floor × best is not needed either
     coverage_stop: float = Field(0.9, ge=0, le=1)
     coverage_floor: float = Field(0.8, ge=0, le=1)
+    # adaptive-k over sentences: among the gap_window best candidate sentences, the largest drop in score
+    # ends the evidence (0 turns the gap stop off)
+    gap_window: int = Field(8, ge=0, le=50)
+    # sentences still taken past the largest score drop (a second hop often scores just under the first)
+    gap_buffer: int = Field(1, ge=0, le=10)
+    # multi-hop: up to this many candidate documents whose title the kept evidence names (the bridge entity)
+    # send their best sentences too (0 turns this off)
+    bridge: int = Field(1, ge=0, le=5)
+    bridge_sentences: int = Field(2, ge=1, le=10)  # the best sentences a bridged document sends
     # parent/child: when the best sentence holds under parent_confidence of the question's term weight, its
     # whole chunk goes in, if the chunk takes at most parent_share of the budget (0 turns this off)
-    parent_share: float = Field(0.5, ge=0, le=1)
+    parent_share: float = Field(0.0, ge=0, le=1)
     parent_confidence: float = Field(0.9, ge=0, le=1)
     # a sentence whose terms overlap a kept one's this much (Jaccard) is a near-duplicate and left out
     duplicate_similarity: float = Field(0.8, ge=0, le=1)
@@ -119,10 +131,7 @@ class ModeConfig(_Section):
 
 class PromptConfig(_Section):
     version: str = "v1"
-    system: str = (
-        "You are a careful assistant. Answer the question using only the documents provided in the "
-        "context. Cite sources as [n]. If the documents do not contain the answer, say so."
-    )
+    system: str = "Answer from the documents only and cite them as [n]. If they do not hold the answer, say so."
     policies: list[str] = []
     tools: list[str] = []
     few_shot: list[dict[str, str]] = []
