@@ -156,12 +156,18 @@ class ServiceConfig(_Section):
 
 class TelemetryConfig(_Section):
     """OpenTelemetry traces (:mod:`ragbudget.observe.telemetry`): off by default; nothing is imported when off.
-    Empty values fall back to the standard variables (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
-    ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER_ARG``);
-    ``OTEL_SDK_DISABLED=true`` turns tracing off whatever this says."""
+    When on, spans go through the tracer provider the application set (``opentelemetry.trace.set_tracer_provider``)
+    unless ``exporter`` says otherwise; ragbudget then never exports anywhere itself. With ``exporter: otlp`` empty
+    values fall back to the standard variables (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER_ARG``); ``OTEL_SDK_DISABLED=true`` turns tracing off whatever this
+    says."""
 
-    enabled: bool = False
-    otlp_endpoint: str = ""  # OTLP/HTTP traces URL; "": the OTEL_* variables, else http://127.0.0.1:4318/v1/traces
-    service_name: str = ""  # "": OTEL_SERVICE_NAME, else "ragbudget"
-    sample_ratio: float | None = Field(None, ge=0, le=1)  # None: OTEL_TRACES_SAMPLER_ARG, else 1.0
+    enabled: bool = False  # emit one span per query stage (needs pip install 'ragbudget[otel]')
+    # where spans go: app = the application's global tracer provider (no exporter of ragbudget's own; spans are
+    # dropped when the application set none); otlp = a provider of ragbudget's own exporting over OTLP/HTTP
+    # (for `ragbudget serve`); console = a provider of ragbudget's own printing spans to stdout (trying it out)
+    exporter: Literal["app", "otlp", "console"] = "app"
+    otlp_endpoint: str = ""  # exporter otlp: traces URL; "": the OTEL_* variables, else http://127.0.0.1:4318/v1/traces
+    service_name: str = ""  # exporter otlp/console: "": OTEL_SERVICE_NAME, else "ragbudget"
+    sample_ratio: float | None = Field(None, ge=0, le=1)  # otlp/console: None: OTEL_TRACES_SAMPLER_ARG, else 1.0
     export_timeout_s: float = Field(2.0, gt=0)  # a collector that is down costs at most this per batch
