@@ -267,8 +267,10 @@ class RAG:
         timings, ledger = Timings(stages=stages), Ledger(degrade_level=req.degrade.level)
         handled = self.router.handle(req.question, tool_cache=self.cache.tool,  # code answers: no model
                                      max_output_bytes=self.config.service.limits.max_tool_output_bytes)
-        if handled is not None:
-            yield from _replay(self._answer(req, handled, ledger, timings, t_start, built=None))
+        if handled is not None:  # counted in the metrics like every other answer
+            ans = self._answer(req, handled, ledger, timings, t_start, built=None)
+            self._observe(ans, req.tenant)
+            yield from _replay(ans)
             return
         loaded = self._loaded(req.index)
         scope = self.answers.scope(loaded, req)

@@ -164,10 +164,10 @@ def test_served_request_span_parents_admission_and_query_and_metrics(traced):
     assert spans["query"][0].parent.span_id == req.context.span_id
     assert spans["admission"][0].attributes["ragbudget.stages.admission.decision"] == "admitted"
     # Prometheus: TTFT from arrival, queue wait and every stage, after one request
-    assert 'ragbudget_server_ttft_ms_count{route="extractive",stream="false"} 1.0' in metrics
-    assert "ragbudget_admission_queue_wait_ms_count" in metrics
+    assert 'ragbudget_server_ttft_seconds_count{route="extractive",stream="false"} 1.0' in metrics
+    assert "ragbudget_admission_queue_wait_seconds_count" in metrics
     for stage in ("retrieve", "rerank", "budget", "prompt", "route", "generate", "cache_response"):
-        assert f'ragbudget_stage_duration_ms_count{{stage="{stage}"}}' in metrics
+        assert f'ragbudget_stage_duration_seconds_count{{stage="{stage}"}}' in metrics
 
 
 def test_stream_is_traced_and_counted(traced):
@@ -182,7 +182,7 @@ def test_stream_is_traced_and_counted(traced):
     (req,) = spans["request"]
     assert spans["query"][0].parent.span_id == req.context.span_id  # across the pipeline's worker thread
     assert "generate" in spans
-    assert 'ragbudget_server_ttft_ms_count{route="extractive",stream="true"} 1.0' in metrics
+    assert 'ragbudget_server_ttft_seconds_count{route="extractive",stream="true"} 1.0' in metrics
 
 
 def _closed_port() -> int:
