@@ -35,6 +35,7 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:4318/v1/traces"  # telemetry.exporter: otlp
 
 #: Stage timing key → (span name, parent stage key or None for the query span, fixed attributes).
 STAGE_SPANS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
+    "index": ("index", None, {}),  # the index opened (loaded from disk on its first query)
     "cache_response": ("cache", None, {"ragbudget.cache.kind": "response"}),
     "cache_retrieval": ("cache", None, {"ragbudget.cache.kind": "retrieval"}),
     "retrieve": ("retrieve", None, {"gen_ai.operation.name": "retrieval"}),
