@@ -97,7 +97,7 @@ class RAG:
         ContextBuilder(self.config, self.tokenizer, None)
         check_kv(self.config)  # tiers whose KV memory cannot hold their context: ConfigError now
         self._indexes: IndexRegistry | None = None
-        self._lock = threading.RLock()
+        self._lock, self._warm = threading.RLock(), False
         extractive = make_generator(TierConfig(name="extractive", backend="extractive", model="extractive"),
                                     tokenizer=self.tokenizer)
         # the stages of the query path, in order; each gets getters for what it may load lazily
@@ -153,6 +153,7 @@ class RAG:
             load = getattr(gen, "load", None)
             if callable(load):
                 load()
+        self._warm = True
 
     def __enter__(self) -> "RAG":
         return self
@@ -267,10 +268,18 @@ class RAG:
         timings, ledger = Timings(stages=stages), Ledger(degrade_level=req.degrade.level)
         handled = self.router.handle(req.question, tool_cache=self.cache.tool,  # code answers: no model
                                      max_output_bytes=self.config.service.limits.max_tool_output_bytes)
-        if handled is not None:
-            yield from _replay(self._answer(req, handled, ledger, timings, t_start, built=None))
+        if handled is not None:  # counted in the metrics like every other answer
+            ans = self._answer(req, handled, ledger, timings, t_start, built=None)
+            self._observe(ans, req.tenant)
+            yield from _replay(ans)
             return
-        loaded = self._loaded(req.index)
+        if not self._warm:  # models load before the query's clock: loading is reported apart, in no stage
+            t_load = time.perf_counter()
+            self.warm_up()
+            timings.load_ms, t_start = _ms(t_load), t_start + (time.perf_counter() - t_load)
+        t_index = time.perf_counter()
+        loaded = self._loaded(req.index)  # the index: loaded from disk on its first query, then a version check
+        timings.stages["index"] = _ms(t_index)
         scope = self.answers.scope(loaded, req)
         yield ProgressEvent("cache", "looking up cached answers")
         cached = self.answers.lookup(scope, req.question, timings.stages, t_start)

@@ -202,16 +202,19 @@ class Usage:
 
 @dataclass
 class Timings:
-    """Milliseconds per stage, plus time to first token and inter-token latencies."""
+    """Milliseconds per stage, plus time to first token and inter-token latencies. ``load_ms``: models the
+    query had to load first (a :class:`~ragbudget.pipeline.RAG` not warmed up), before its clock started: not in
+    ``total_ms`` nor in any stage."""
 
     stages: dict[str, float] = field(default_factory=dict)
     ttft_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
     total_ms: float = 0.0
+    load_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"stages": dict(self.stages), "ttft_ms": self.ttft_ms, "itl_ms": list(self.itl_ms),
-                "total_ms": self.total_ms}
+                "total_ms": self.total_ms, "load_ms": self.load_ms}
 
 
 @dataclass(frozen=True)
@@ -312,7 +315,7 @@ class Answer:
             ledger=ledger,
             usage=Usage(prompt_tokens=int(u.get("prompt_tokens", 0)), cached_tokens=int(u.get("cached_tokens", 0)),
                         completion_tokens=int(u.get("completion_tokens", 0))),
-            timings=Timings(stages=dict(t.get("stages", {})), ttft_ms=t.get("ttft_ms"),
+            timings=Timings(stages=dict(t.get("stages", {})), ttft_ms=t.get("ttft_ms"), load_ms=t.get("load_ms"),
                             itl_ms=list(t.get("itl_ms", [])), total_ms=float(t.get("total_ms", 0.0))),
             route=d.get("route", ""), cache_layer=layer, partial=bool(d.get("partial", False)),
             extractive=bool(d.get("extractive", False)), finish_reason=str(d.get("finish_reason", "stop")),

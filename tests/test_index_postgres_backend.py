@@ -81,3 +81,31 @@ def test_sparse_reads_each_terms_highest_impact_postings(pg_config, embedder, do
     finally:
         for b in (b_exact, b_all, b_few):
             b.close()
+
+
+def test_cli_info_lists_the_databases_indexes_not_local_folders(pg_config, embedder, tmp_path, capsys):  # noqa: F811
+    """Issue 29: `ragbudget info` under the postgres backend shows the database's indexes, never the local
+    index folders left under index.dir."""
+    import json
+
+    from ragbudget.cli import main as cli_main
+    from ragbudget.config import dump_config
+    from ragbudget.pipeline import RAG
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Lift\n\nLift grows with the angle of attack until the wing stalls.\n")
+    local = pg_config.with_overrides({"index.backend": "local"})  # same index.dir, local backend
+    with RAG(local, embedder=embedder) as rag:
+        rag.ingest(docs, index="folder-only")
+    with RAG(pg_config, embedder=embedder) as rag:
+        rag.ingest(docs, index="in-database")
+    path = tmp_path / "pg.yaml"
+    dump_config(pg_config, path)
+    assert cli_main(["info", "--json", "--config", str(path)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["index_backend"] == "postgres" and d["index_dir"] is None
+    assert d["indexes"] == ["in-database"]
+    assert cli_main(["info", "--config", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "in-database" in text and "folder-only" not in text and str(tmp_path / "indexes") not in text

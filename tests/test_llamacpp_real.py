@@ -262,3 +262,25 @@ def test_embedding_threads_hold_after_an_ingest(tmp_path: Path) -> None:
         assert torch.get_num_threads() == 1
         rag.ingest(SQUAD / "corpus.jsonl")
         assert torch.get_num_threads() == 1
+
+
+def test_readme_llamacpp_tier_example_loads_and_answers(smollm2_gguf: Path, tmp_path):
+    """Issue 29: the README's SmolLM2 tier, with the path `require_smollm2()` prints, loads and answers."""
+    import re
+
+    from ragbudget.config import load_config
+    from ragbudget.llm.models import require_smollm2
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "SMOLLM2_GGUF" in b)
+    assert require_smollm2() == smollm2_gguf
+    path = tmp_path / "local.yaml"
+    path.write_text(block.replace("SMOLLM2_GGUF", str(require_smollm2())) + f"index:\n  dir: {tmp_path}\n",
+                    encoding="utf-8")
+    cfg = load_config(path, environ={})
+    (tier,) = cfg.llm.tiers
+    assert tier.backend == "llamacpp" and Path(tier.model) == smollm2_gguf
+    gen = make_generator(tier)
+    gen.load()
+    out = gen.generate(make_prompt([("system", "Answer briefly."), ("user", "Say hello.")]), max_tokens=8)
+    assert out.usage.completion_tokens > 0 and out.backend == "llamacpp"

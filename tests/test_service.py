@@ -200,7 +200,7 @@ def test_metrics_expose_the_requests(server):
         c.post("/v1/query", json={"question": QUESTION})
         text = c.get("/metrics").text  # auth is on: /metrics needs a key too
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    e2e = [s for s in fams["ragbudget_request_duration_ms"].samples if s.name.endswith("_count")]
+    e2e = [s for s in fams["ragbudget_request_duration_seconds"].samples if s.name.endswith("_count")]
     assert sum(s.value for s in e2e) >= 1
     decisions = {s.labels["decision"] for s in fams["ragbudget_admission_decisions"].samples
                  if s.name.endswith("_total")}

@@ -17,6 +17,9 @@ import pytest
 from service_fixtures import KEYS
 
 pytest.importorskip("opentelemetry.sdk")
+from opentelemetry import trace  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from ragbudget.pipeline import RAG  # noqa: E402
@@ -34,6 +37,52 @@ def traced(cranfield_rag, service_config) -> Iterator[tuple[RAG, InMemorySpanExp
     rag = RAG(cfg, embedder=cranfield_rag.embedder, tracer=OtelTracer(cfg.telemetry, exporter=exporter))
     yield rag, exporter
     rag.tracer.shutdown()
+
+
+def _app_provider() -> TracerProvider:
+    """The process's global SDK tracer provider, as an application sets it (set once per process)."""
+    current = trace.get_tracer_provider()
+    if not isinstance(current, TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    return provider
+
+
+def test_spans_go_through_the_applications_global_tracer_provider(cranfield_rag, service_config):
+    # issue 29: the application's provider (here the SDK's in-memory exporter) receives the spans; ragbudget
+    # builds no provider or exporter of its own and does not shut the application's down
+    exporter = InMemorySpanExporter()
+    _app_provider().add_span_processor(SimpleSpanProcessor(exporter))
+    cfg = service_config.with_overrides({"telemetry.enabled": True})
+    assert cfg.telemetry.exporter == "app"
+    rag = RAG(cfg, embedder=cranfield_rag.embedder)
+    assert isinstance(rag.tracer, OtelTracer)
+    assert rag.tracer.provider is None and rag.tracer.exporter is None and not rag.tracer.owns_provider
+    rag.query(QUESTION + " in wind tunnels", index="default")
+    rag.close()
+    names = {s.name for s in exporter.get_finished_spans()}
+    assert {"query", "cache", "retrieve", "embed", "context", "budget", "prompt", "route", "generate"} <= names
+    assert all(s.instrumentation_scope.name == "ragbudget" for s in exporter.get_finished_spans()
+               if s.name in ("query", "retrieve"))
+    exporter.clear()
+    with trace.get_tracer("app").start_as_current_span("still-open"):  # the app's provider was not shut down
+        pass
+    assert [s.name for s in exporter.get_finished_spans()] == ["still-open"]
+
+
+def test_a_provider_passed_in_gets_the_spans_even_with_telemetry_off(cranfield_rag, service_config):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    assert not service_config.telemetry.enabled
+    tracer = make_tracer(service_config.telemetry, provider=provider)
+    rag = RAG(service_config, embedder=cranfield_rag.embedder, tracer=tracer)
+    rag.query(QUESTION + " for flutter", index="default")
+    rag.close()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert {"query", "retrieve", "generate"} <= set(spans)
+    assert spans["retrieve"].parent.span_id == spans["query"].context.span_id
 
 
 def _spans(rag: RAG, exporter: InMemorySpanExporter) -> dict[str, list]:
@@ -115,10 +164,10 @@ def test_served_request_span_parents_admission_and_query_and_metrics(traced):
     assert spans["query"][0].parent.span_id == req.context.span_id
     assert spans["admission"][0].attributes["ragbudget.stages.admission.decision"] == "admitted"
     # Prometheus: TTFT from arrival, queue wait and every stage, after one request
-    assert 'ragbudget_server_ttft_ms_count{route="extractive",stream="false"} 1.0' in metrics
-    assert "ragbudget_admission_queue_wait_ms_count" in metrics
+    assert 'ragbudget_server_ttft_seconds_count{route="extractive",stream="false"} 1.0' in metrics
+    assert "ragbudget_admission_queue_wait_seconds_count" in metrics
     for stage in ("retrieve", "rerank", "budget", "prompt", "route", "generate", "cache_response"):
-        assert f'ragbudget_stage_duration_ms_count{{stage="{stage}"}}' in metrics
+        assert f'ragbudget_stage_duration_seconds_count{{stage="{stage}"}}' in metrics
 
 
 def test_stream_is_traced_and_counted(traced):
@@ -133,7 +182,7 @@ def test_stream_is_traced_and_counted(traced):
     (req,) = spans["request"]
     assert spans["query"][0].parent.span_id == req.context.span_id  # across the pipeline's worker thread
     assert "generate" in spans
-    assert 'ragbudget_server_ttft_ms_count{route="extractive",stream="true"} 1.0' in metrics
+    assert 'ragbudget_server_ttft_seconds_count{route="extractive",stream="true"} 1.0' in metrics
 
 
 def _closed_port() -> int:
@@ -144,7 +193,7 @@ def _closed_port() -> int:
 
 def test_collector_down_drops_and_counts_requests_unaffected(cranfield_rag, service_config):
     cfg = service_config.with_overrides({"telemetry": {
-        "enabled": True, "otlp_endpoint": f"http://127.0.0.1:{_closed_port()}/v1/traces", "export_timeout_s": 0.5}})
+        "enabled": True, "exporter": "otlp", "otlp_endpoint": f"http://127.0.0.1:{_closed_port()}/v1/traces", "export_timeout_s": 0.5}})
     rag = RAG(cfg, embedder=cranfield_rag.embedder)  # the real OTLP/HTTP exporter, from config
     try:
         with BackgroundServer(create_app(rag, cfg)) as srv:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 MODES = ("hybrid", "dense", "bm25")  # ragbudget.retrieval.search.MODES (a test checks they agree)
 
 STAGE_LABEL = {"load": "reading files", "chunk": "chunking", "embed": "embedding new chunks",
-               "index": "building indexes", "save": "saving"}
+               "sentences": "embedding sentences (query-time trimming)", "index": "building indexes", "save": "saving"}
 
 
 @contextmanager

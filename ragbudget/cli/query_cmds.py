@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ..config import Config, load_config
 from ..errors import IndexNotFoundError
+from ..observe.timing import summary as timing_summary
 from .filter_args import add_filter_args, filters_from_args
 
 if TYPE_CHECKING:
@@ -56,13 +57,8 @@ def print_answer(ans: Answer, console: Console, *, show_ledger: bool = False, st
         if s.chunk.id in cited:
             console.print(Text.assemble(f"   [{i}] {s.chunk.title or s.chunk.source} ",
                                         (f"({s.chunk.source}, part {s.chunk.position})", "dim")), highlight=False)
-    st = ans.timings.stages
-    parts = [f"total {ans.timings.total_ms:.1f} ms"]
-    if ans.timings.ttft_ms is not None:
-        parts.append(f"TTFT {ans.timings.ttft_ms:.1f} ms")
-    parts += [f"{k} {v:.1f}" for k, v in st.items() if k in ("embed", "dense", "sparse", "fusion", "rerank",
-                                                                  "trim", "prompt", "generate")]
-    console.print(Text(f"   {' · '.join(parts)} · route {ans.route} · cache {ans.cache_layer or 'miss'} · "
+    # every top-level stage and the time between them: the parts add up to the total
+    console.print(Text(f"   {timing_summary(ans.timings)} · route {ans.route} · cache {ans.cache_layer or 'miss'} · "
                        f"tokens in {ans.usage.prompt_tokens} out {ans.usage.completion_tokens}", style="dim"),
                   highlight=False)
     if show_ledger:

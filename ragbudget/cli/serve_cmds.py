@@ -34,6 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from ..observe.metrics import multiprocess_dir
     from ..service.app import CONFIG_ENV, create_app
 
     path = args.serve_config or args.config
@@ -43,8 +44,9 @@ def serve(args: argparse.Namespace) -> int:
     if workers > 1:  # each worker process builds its own app from the config path
         if path:
             os.environ[CONFIG_ENV] = os.path.abspath(path)
-        uvicorn.run("ragbudget.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_level=args.log_level)
+        with multiprocess_dir():  # /metrics of any worker sums every worker's (a fresh dir, removed at exit)
+            uvicorn.run("ragbudget.service.app:app_from_env", factory=True, host=host, port=port,
+                        workers=workers, log_level=args.log_level)
     else:
         uvicorn.run(create_app(None, cfg, freeze_heap=cfg.service.gc_freeze), host=host, port=port,
                     log_level=args.log_level)

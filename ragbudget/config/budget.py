@@ -13,6 +13,11 @@ from .base import _Section
 class SectionBudget(_Section):
     cap: int | None = Field(None, ge=0)  # absolute tokens
     ratio: float | None = Field(None, ge=0, le=1)  # share of the window
+    # tokens reserved for the answer at least
+    # tokens the history section keeps even when others are over budget
+    # tokens the question keeps even when others are over budget
+    # tokens the retrieved context keeps even when others are over budget
+    # tokens the system section keeps even when others are over budget
     min: int = Field(0, ge=0)
 
     def limit(self, window: int) -> int:
@@ -28,6 +33,7 @@ class SectionBudget(_Section):
 
 
 class BudgetConfig(_Section):
+    # tokens of the prompt window the sections are budgeted from (the smallest tier's window when tiers are smaller)
     context_window: int = Field(8192, ge=128)
     system: SectionBudget = SectionBudget(cap=512)
     history: SectionBudget = SectionBudget(cap=1024)
@@ -81,20 +87,28 @@ QUESTION_LABEL_TOKENS = 4
 
 
 class TrimConfig(_Section):
+    # trim retrieved chunks to the sentences that carry evidence for the question (false: whole chunks)
     sentence_selection: bool = True
+    # order of kept sentences: relevance (best first) or edges (best at the start and end of the context)
     order: Literal["relevance", "edges"] = "relevance"
+    # sentences scoring under this are never kept
     min_sentence_score: float = 0.0
     # sentence score = sentence_weight × cosine(question, sentence) + lexical_weight × the share of the
     # question's term weight (BM25 idf) the sentence holds + rank_prior / (1 + chunk rank / 3)
     sentence_weight: float = Field(1.0, ge=0, le=4)
+    # weight of the question's term-weight share in a sentence's score (see sentence_weight)
     lexical_weight: float = Field(1.0, ge=0, le=4)
+    # weight of the chunk's retrieval rank in a sentence's score (see sentence_weight)
     rank_prior: float = Field(0.3, ge=0, le=4)
     # A budget is a ceiling: stop adding sentences once the next one scores under evidence_floor × the best
     # one (0 fills the budget). Sentences within window_floor × best bring their neighbours (sentence_window
     # on each side) so a pronoun's referent comes along.
     adaptive: bool = True
+    # stop adding sentences once the next scores under this × the best one (0 fills the budget)
     evidence_floor: float = Field(0.65, ge=0, le=1)
+    # neighbouring sentences on each side that come along with a very good sentence
     sentence_window: int = Field(1, ge=0, le=5)
+    # sentences within this × the best score bring their neighbours (sentence_window)
     window_floor: float = Field(0.9, ge=0, le=1)
     # a chosen sentence that opens with a pronoun or demonstrative ("He …", "This …") brings the sentence
     # before it, whatever sentence_window says
@@ -102,6 +116,7 @@ class TrimConfig(_Section):
     # ...and once the context holds coverage_stop of the question's term weight (idf), a sentence under
     # coverage_floor × best is not needed either
     coverage_stop: float = Field(0.9, ge=0, le=1)
+    # once coverage_stop is reached, sentences under this × the best score are left out
     coverage_floor: float = Field(0.8, ge=0, le=1)
     # adaptive-k over sentences: among the gap_window best candidate sentences, the largest drop in score
     # ends the evidence (0 turns the gap stop off)
@@ -115,10 +130,13 @@ class TrimConfig(_Section):
     # parent/child: when the best sentence holds under parent_confidence of the question's term weight, its
     # whole chunk goes in, if the chunk takes at most parent_share of the budget (0 turns this off)
     parent_share: float = Field(0.0, ge=0, le=1)
+    # when the best sentence holds less than this share of the question's term weight, its whole chunk goes in
     parent_confidence: float = Field(0.9, ge=0, le=1)
     # a sentence whose terms overlap a kept one's this much (Jaccard) is a near-duplicate and left out
     duplicate_similarity: float = Field(0.8, ge=0, le=1)
+    # latest conversation turns kept verbatim; older ones are compressed
     history_recent_turns: int = Field(4, ge=0)
+    # how older turns are shortened: extractive (key sentences), llm (a summary by the small tier), none (dropped)
     history_compression: Literal["extractive", "llm", "none"] = "extractive"
     # share of the history budget that compressed older turns may take (the rest keeps recent turns verbatim)
     history_summary_share: float = Field(0.3, ge=0, le=1)
@@ -130,18 +148,27 @@ class ModeConfig(_Section):
 
 
 class PromptConfig(_Section):
+    # prompt template version; part of the response-cache key (bump it to invalidate cached answers)
     version: str = "v1"
+    # system message: the static start of every prompt (prefix-cache friendly)
     system: str = "Answer from the documents only and cite them as [n]. If they do not hold the answer, say so."
+    # extra rules appended to the system message, in order
     policies: list[str] = []
+    # tool descriptions placed in the static prefix
     tools: list[str] = []
+    # example exchanges ({question, answer}) placed in the static prefix
     few_shot: list[dict[str, str]] = []
+    # documents placed in every prompt's static prefix, before the retrieved ones
     fixed_docs: list[str] = []
+    # ask for compact JSON answers ({"a": answer, "c": [source numbers]}) instead of text
     structured_output: bool = False
     layout: Literal["static-first", "variable-first"] = "static-first"  # variable-first: for benchmarks
+    # answer modes by name: max_tokens and an instruction each (a request picks one with mode)
     modes: dict[str, ModeConfig] = {
         "concise": ModeConfig(max_tokens=128, instruction="Answer in one or two sentences."),
         "detailed": ModeConfig(max_tokens=512, instruction="Answer thoroughly, with citations."),
     }
+    # mode used when a request names none
     default_mode: str = "concise"
 
     @model_validator(mode="after")

@@ -33,12 +33,17 @@ class LlamaCppOptions(_Section):
     n_ubatch: int = Field(512, ge=1, le=65536)  # physical batch: tokens per compute graph
     n_threads_batch: int | None = Field(None, ge=1, le=1024)  # threads for prompt evaluation (None: n_threads)
     seed: int = Field(0, ge=0, le=2**32 - 1)  # sampling seed when a request sets none
+    # flash attention (needed for a quantized V cache)
     flash_attn: bool = False
+    # memory-map the GGUF instead of reading it into memory
     use_mmap: bool = True
+    # lock the model in RAM (never swapped out)
     use_mlock: bool = False
     n_gpu_layers: int = Field(0, ge=-1)  # -1: all layers (needs a GPU build of llama.cpp)
+    # keep the KV cache on the GPU with offloaded layers (a GPU build)
     offload_kqv: bool = True
     type_k: KVCacheType | None = None  # KV-cache element types (None: f16)
+    # V-cache element type (f16 … q4_0; a quantized one needs flash_attn: true); null: llama.cpp's default
     type_v: KVCacheType | None = None
     chat: bool = True  # apply the model's chat template (False: prompt.text as a raw completion)
     lock_timeout_s: float = Field(60.0, gt=0)  # how long a request waits for the engine (one at a time)
@@ -65,17 +70,30 @@ class LlamaCppOptions(_Section):
 
 
 class TierConfig(_Section):
+    # the tier's name (routes, metrics, ledger)
     name: str
+    # extractive (quotes sentences, no model), openai (any OpenAI-compatible server), llamacpp (a GGUF in process),
+    # scripted (tests)
     backend: Literal["extractive", "openai", "llamacpp", "scripted"] = "extractive"
+    # model name sent to the server (openai) or the GGUF path (llamacpp)
     model: str = "extractive"
+    # OpenAI-compatible server URL (backend openai), e.g. http://127.0.0.1:8001/v1
     base_url: str | None = None
+    # environment variable holding the server's API key (never the key itself)
     api_key_env: str | None = None
+    # tokens the model's window holds: the router never sends a longer prompt
     context_window: int = Field(8192, ge=128)
+    # most tokens the tier may generate per answer
     max_output_tokens: int = Field(1024, ge=1)
+    # price per 1000 prompt tokens (cost estimates, routing)
     price_in_per_1k: float = Field(0.0, ge=0)
+    # price per 1000 completion tokens (cost estimates, routing)
     price_out_per_1k: float = Field(0.0, ge=0)
+    # seconds a whole generation may take before the router falls back
     timeout_s: float = Field(30.0, gt=0)
+    # seconds to the first token before the router falls back
     first_token_timeout_s: float = Field(20.0, gt=0)
+    # retries of a failed call before falling back to another tier
     retries: int = Field(1, ge=0, le=10)
     n_ctx: int | None = Field(None, ge=16)  # llamacpp: context size to allocate (None: context_window)
     n_threads: int | None = Field(None, ge=1, le=1024)  # llamacpp: decode threads (None: llama.cpp's choice)
@@ -89,19 +107,28 @@ class TierConfig(_Section):
 
 
 class RouterConfig(_Section):
+    # route each question to a tier by task and difficulty (false: always the first tier)
     enabled: bool = True
+    # tasks always sent to the small tier
     small_tasks: list[str] = ["extraction", "classification", "faq"]
+    # questions estimated harder than this go to the large tier
     difficulty_threshold: float = Field(0.6, ge=0, le=1)
+    # re-ask the next tier when a small answer is empty, a refusal or ungrounded
     escalate_on_failed_check: bool = True
+    # share of an answer's content words that must appear in the context for it to count as grounded
     min_grounding: float = Field(0.2, ge=0, le=1)
+    # answer arithmetic, unit conversions, dates and configured FAQs in code, without a model
     deterministic_handlers: bool = True
+    # consecutive failures of a backend that open its circuit breaker
     breaker_failures: int = Field(3, ge=1)
+    # seconds an open breaker waits before trying the backend again
     breaker_reset_s: float = Field(30.0, gt=0)
     # exact-match FAQ answered without a model (question → answer; case/punctuation-insensitive)
     faq: dict[str, str] = {}
     # words that make a question harder (difficulty estimate) and phrases that mark a refusal
     hard_words: list[str] = ["why", "how", "compare", "explain", "difference", "analyze", "analyse",
                              "evaluate", "pros", "cons", "tradeoff", "trade-off", "justify", "versus", "vs"]
+    # phrases (lower case) that mark an answer as a refusal (escalated when escalation is on)
     refusal_phrases: list[str] = ["i cannot", "i can't", "i'm sorry", "i am sorry", "as an ai",
                                   "unable to answer", "do not contain", "don't know", "do not know"]
     low_confidence: float = Field(0.3, ge=0, le=1)  # top retrieval score below this = harder question
@@ -109,6 +136,7 @@ class RouterConfig(_Section):
 
 
 class LLMConfig(_Section):
+    # model tiers, cheapest first; the router picks one per question (see the keys below)
     tiers: list[TierConfig] = [TierConfig(name="extractive", backend="extractive", model="extractive")]
     router: RouterConfig = RouterConfig()
 

@@ -32,6 +32,12 @@ ProgressFn = Callable[[str, int, int], None]
 """``progress(stage, done, total)``; stages: ``load``, ``chunk``, ``embed``, ``index``, ``save``."""
 
 
+def progress_step(total: int, lo: int, hi: int, ticks: int = 20) -> int:
+    """Items per model call in a long loop that reports progress: about ``ticks`` steps (so a bar advances
+    steadily instead of jumping once at the end), never fewer than ``lo`` nor more than ``hi`` items a call."""
+    return max(lo, min(hi, -(-total // ticks)))
+
+
 @runtime_checkable
 class IndexStore(Protocol):
     """One opened version of one named index (read side) plus its writer methods."""

@@ -11,9 +11,12 @@ stage (explicit start and end times), attributes taken from the finished :class:
 conventions where they fit (``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.usage.*``);
 the rest are ``ragbudget.*``.
 
-Spans go to an OTLP/HTTP exporter behind a batch processor (a background thread): a collector that is
-down costs a request nothing; the spans of a failed export are dropped and counted (``on_drop``, the
-``ragbudget_trace_spans_dropped_total`` counter).
+Spans go where the application's OpenTelemetry set-up sends them: ``opentelemetry.trace.get_tracer`` on the
+global tracer provider (``telemetry.exporter: app``, the default) or on a provider passed in (``make_tracer(cfg,
+provider=...)``). ragbudget exports nothing itself unless told to: ``exporter: otlp`` builds a provider of its own
+with an OTLP/HTTP exporter behind a batch processor (a collector that is down costs a request nothing; the spans of
+a failed export are dropped and counted: ``on_drop``, the ``ragbudget_trace_spans_dropped_total`` counter), and
+``exporter: console`` one that prints each span.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from ..config import TelemetryConfig
 if TYPE_CHECKING:  # pragma: no cover
     from ..types import Answer
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:4318/v1/traces"
+DEFAULT_ENDPOINT = "http://127.0.0.1:4318/v1/traces"  # telemetry.exporter: otlp with nothing configured
 
 #: Stage timing key → (span name, parent stage key or None for the query span, fixed attributes).
 STAGE_SPANS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
+    "index": ("index", None, {}),  # the index opened (loaded from disk on its first query)
     "cache_response": ("cache", None, {"ragbudget.cache.kind": "response"}),
     "cache_retrieval": ("cache", None, {"ragbudget.cache.kind": "retrieval"}),
     "retrieve": ("retrieve", None, {"gen_ai.operation.name": "retrieval"}),
@@ -224,26 +228,50 @@ class QueryTrace:
 
 
 class OtelTracer(Tracer):
-    """Real tracing through the OpenTelemetry SDK (``pip install 'ragbudget[otel]'``)."""
+    """Real tracing through OpenTelemetry (``pip install 'ragbudget[otel]'``).
+
+    Where the spans go, first match wins: ``provider`` (a ``TracerProvider`` passed in); ``exporter`` (a span
+    exporter: a provider of ragbudget's own sends to it); ``cfg.exporter``: ``app`` takes
+    ``opentelemetry.trace.get_tracer`` from the global provider the application set, ``otlp`` / ``console`` build
+    a provider of ragbudget's own. Only a provider of its own is shut down by :meth:`shutdown`."""
 
     enabled = True
 
-    def __init__(self, cfg: TelemetryConfig, *, exporter: Any = None, on_drop: Callable[[int], None] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, cfg: TelemetryConfig, *, provider: Any = None, exporter: Any = None,
+                 on_drop: Callable[[int], None] | None = None, environ: Mapping[str, str] | None = None) -> None:
         try:
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-            from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+            from opentelemetry import trace
         except ImportError as err:  # pragma: no cover - depends on the install
             from ..errors import ConfigError
-            raise ConfigError("telemetry.enabled needs the OpenTelemetry SDK",
+            raise ConfigError("telemetry.enabled needs OpenTelemetry",
                               fix="pip install 'ragbudget[otel]' or set telemetry.enabled: false") from err
         env = os.environ if environ is None else environ
         self.config = cfg
         self.endpoint = (cfg.otlp_endpoint or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                          or (env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
                              if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") else DEFAULT_ENDPOINT))
+        self.exporter: _CountingExporter | None = None
+        self.owns_provider = provider is None and (exporter is not None or cfg.exporter != "app")
+        if provider is not None:
+            self.provider = provider
+        elif not self.owns_provider:
+            self.provider = None  # the global one, looked up on each use (the application may set it later)
+        else:
+            self.provider = self._own_provider(cfg, exporter, on_drop, env)
+        self.otel = trace.get_tracer("ragbudget", _version(), tracer_provider=self.provider)
+        self._offset_ns = time.time_ns() - time.perf_counter_ns()
+
+    def _own_provider(self, cfg: TelemetryConfig, exporter: Any, on_drop: Callable[[int], None] | None,
+                      env: Mapping[str, str]) -> Any:
+        try:
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
+            from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        except ImportError as err:  # pragma: no cover - depends on the install
+            from ..errors import ConfigError
+            raise ConfigError(f"telemetry.exporter: {cfg.exporter} needs the OpenTelemetry SDK",
+                              fix="pip install 'ragbudget[otel]', or telemetry.exporter: app") from err
         service = cfg.service_name or env.get("OTEL_SERVICE_NAME") or "ragbudget"
         ratio = cfg.sample_ratio
         if ratio is None:
@@ -251,17 +279,19 @@ class OtelTracer(Tracer):
                 ratio = float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
             except ValueError:
                 ratio = 1.0
-        if exporter is None:
+        console = exporter is None and cfg.exporter == "console"
+        if exporter is None and console:
+            exporter = ConsoleSpanExporter(service_name=service)
+        elif exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             exporter = OTLPSpanExporter(endpoint=self.endpoint, timeout=cfg.export_timeout_s)
         self.exporter = _CountingExporter(exporter, on_drop or (lambda n: None))
-        self.provider = TracerProvider(resource=Resource.create({"service.name": service}),
-                                       sampler=ParentBased(TraceIdRatioBased(min(max(ratio, 0.0), 1.0))))
+        provider = TracerProvider(resource=Resource.create({"service.name": service}),
+                                  sampler=ParentBased(TraceIdRatioBased(min(max(ratio, 0.0), 1.0))))
         counting: Any = self.exporter  # duck-typed SpanExporter (the sdk is imported lazily)
-        self.processor = BatchSpanProcessor(counting, export_timeout_millis=cfg.export_timeout_s * 1000)
-        self.provider.add_span_processor(self.processor)
-        self.otel = self.provider.get_tracer("ragbudget")
-        self._offset_ns = time.time_ns() - time.perf_counter_ns()
+        provider.add_span_processor(SimpleSpanProcessor(counting) if console else
+                                    BatchSpanProcessor(counting, export_timeout_millis=cfg.export_timeout_s * 1000))
+        return provider
 
     def epoch_ns(self, perf_ns: int) -> int:
         return perf_ns + self._offset_ns
@@ -293,10 +323,23 @@ class OtelTracer(Tracer):
         span.end(end_time=self.epoch_ns(int(end * 1e9)))
 
     def flush(self, timeout_s: float = 5.0) -> bool:
-        return bool(self.provider.force_flush(int(timeout_s * 1000)))
+        from opentelemetry import trace
+        provider = self.provider if self.provider is not None else trace.get_tracer_provider()
+        force = getattr(provider, "force_flush", None)  # the API's default provider has none
+        return bool(force(int(timeout_s * 1000))) if callable(force) else True
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        """Shuts down a provider of ragbudget's own; the application's stays the application's to close."""
+        if self.owns_provider and self.provider is not None:
+            self.provider.shutdown()
+
+
+def _version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("ragbudget")
+    except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+        return None
 
 
 class _CountingExporter:
@@ -322,13 +365,13 @@ class _CountingExporter:
         return bool(getattr(self.inner, "force_flush", lambda *_: True)(timeout_millis))
 
 
-def make_tracer(cfg: TelemetryConfig, *, exporter: Any = None, on_drop: Callable[[int], None] | None = None,
-                environ: Mapping[str, str] | None = None) -> Tracer:
-    """:data:`NOOP` unless ``cfg.enabled`` (and ``OTEL_SDK_DISABLED`` is not true)."""
+def make_tracer(cfg: TelemetryConfig, *, provider: Any = None, exporter: Any = None,
+                on_drop: Callable[[int], None] | None = None, environ: Mapping[str, str] | None = None) -> Tracer:
+    """:data:`NOOP` unless ``cfg.enabled`` or a ``provider`` is passed (and ``OTEL_SDK_DISABLED`` is not true)."""
     env = os.environ if environ is None else environ
-    if not cfg.enabled or env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if (not cfg.enabled and provider is None) or env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return NOOP
-    return OtelTracer(cfg, exporter=exporter, on_drop=on_drop, environ=env)
+    return OtelTracer(cfg, provider=provider, exporter=exporter, on_drop=on_drop, environ=env)
 
 
 __all__ = ["NOOP", "OtelTracer", "QueryTrace", "STAGE_SPANS", "Tracer", "answer_attributes", "make_tracer"]

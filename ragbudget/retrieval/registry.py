@@ -27,7 +27,7 @@ from ..embed.encoder import Embedder
 from ..errors import IngestError, QueryError
 from ..index import IngestReport, ProgressFn
 from ..index.backends import make_backend
-from ..index.base import IndexBackend, IndexStore
+from ..index.base import IndexBackend, IndexStore, progress_step
 from ..index.local.lock import wait_notice
 from ..ingest.loaders import LoadReport, check_record_ids, load_jsonl_bytes
 from ..ingest.paths import PathPolicy
@@ -168,7 +168,8 @@ class IndexRegistry:
         sentence selection finds them cached instead of running the model on the request path.
         Returns how many distinct sentences that was."""
         sents = list(dict.fromkeys(x for c in chunks for x in split_sentences(c.text)))
-        step = 8192  # sentences per embed call: enough batches to keep every bulk worker busy
+        # sentences per embed call: enough batches to keep every bulk worker busy, and ~20 progress steps
+        step = progress_step(len(sents), 256, 8192)
         for i in range(0, len(sents), step):
             self.embedder.embed(sents[i:i + step])
             if progress:

@@ -127,6 +127,7 @@ def create_app(rag: RAG | Callable[[], RAG] | None = None, config: Config | None
         state.writer.shutdown(wait=False, cancel_futures=True)
         if state.capture is not None:  # every captured line is on disk before the app is gone
             await asyncio.to_thread(state.capture.close)
+        state.metrics.close()  # a worker under `serve --workers N`: its live gauges stop counting
 
     app = FastAPI(title="ragbudget", version="0.1.0", lifespan=lifespan,
                   description="RAG under explicit token budgets: query, OpenAI-compatible chat, ingest, batches.")

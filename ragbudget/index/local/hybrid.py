@@ -28,7 +28,7 @@ from ...ingest.paths import PathPolicy
 from ...types import Chunk, Document
 from . import segments as seg_files
 from .atomic import clean_leftovers, recover_swap
-from ..base import ProgressFn
+from ..base import ProgressFn, progress_step
 from .dense import DenseIndex
 from ..filters import Filters, fingerprint, matches
 from .manifest import FORMAT_VERSION, MANIFEST_FILE, Manifest, content_version, next_content_version
@@ -272,8 +272,9 @@ class HybridIndex:
             return report
         todo = [c for c in add if c.id not in self._row_of]
         fresh: dict[str, np.ndarray] = {}
-        for start in range(0, len(todo), EMBED_BATCH):
-            part = todo[start:start + EMBED_BATCH]
+        step = progress_step(len(todo), 32, EMBED_BATCH)  # the bar advances by embedded batches
+        for start in range(0, len(todo), step):
+            part = todo[start:start + step]
             fresh.update(zip((c.id for c in part), embedder.embed([c.text for c in part])))
             if progress:
                 progress("embed", start + len(part), len(todo))

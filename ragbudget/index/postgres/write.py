@@ -31,7 +31,7 @@ from ...ingest import Chunker, load_path
 from ...ingest.paths import PathPolicy
 from ...kernels.tokens import Tokenizer
 from ...types import Chunk, Document
-from ..base import ProgressFn
+from ..base import ProgressFn, progress_step
 from .schema import create_index_tables, create_search_indexes, db_errors, drop_index_tables, scalar, table
 from .store import PostgresReader, Snapshot
 from ..report import IngestReport
@@ -164,8 +164,9 @@ class PostgresStore(PostgresReader):
             if plan is None:
                 report.content_version = self.version
                 return report
-            for start in range(0, len(todo), EMBED_BATCH):
-                part = todo[start:start + EMBED_BATCH]
+            step = progress_step(len(todo), 32, EMBED_BATCH)  # the bar advances by embedded batches
+            for start in range(0, len(todo), step):
+                part = todo[start:start + step]
                 plan.vectors.update(zip((c.id for c in part), np.asarray(embedder.embed([c.text for c in part]))))
                 if progress:
                     progress("embed", start + len(part), len(todo))
