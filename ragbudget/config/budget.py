@@ -107,7 +107,7 @@ class TrimConfig(_Section):
     # stop adding sentences once the next scores under this × the best one (0 fills the budget)
     evidence_floor: float = Field(0.65, ge=0, le=1)
     # neighbouring sentences on each side that come along with a very good sentence
-    sentence_window: int = Field(1, ge=0, le=5)
+    sentence_window: int = Field(0, ge=0, le=5)
     # sentences within this × the best score bring their neighbours (sentence_window)
     window_floor: float = Field(0.9, ge=0, le=1)
     # a chosen sentence that opens with a pronoun or demonstrative ("He …", "This …") brings the sentence
