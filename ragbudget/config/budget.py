@@ -120,7 +120,7 @@ class TrimConfig(_Section):
     coverage_floor: float = Field(0.8, ge=0, le=1)
     # adaptive-k over sentences: among the gap_window best candidate sentences, the largest drop in score
     # ends the evidence (0 turns the gap stop off)
-    gap_window: int = Field(8, ge=0, le=50)
+    gap_window: int = Field(5, ge=0, le=50)
     # sentences still taken past the largest score drop (a second hop often scores just under the first)
     gap_buffer: int = Field(1, ge=0, le=10)
     # multi-hop: up to this many candidate documents whose title the kept evidence names (the bridge entity)
