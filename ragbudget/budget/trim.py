@@ -109,8 +109,9 @@ class SentencePlan:
 
         Sentences go in best first; with ``cfg.adaptive`` packing stops at the first one scoring under
         ``cfg.evidence_floor`` × the best score, so a question whose evidence is one sentence gets one
-        sentence (and its neighbours) however large the budget. The same sentence repeated in overlapping
-        chunks is taken once.
+        sentence however large the budget, and at the largest score drop among the best ``cfg.gap_window``
+        (adaptive-k); then a document the evidence names by title sends its best sentences (``cfg.bridge``).
+        The same sentence repeated in overlapping chunks is taken once.
         """
         budget = max(int(budget), 0)
         if not cfg.sentence_selection:
@@ -193,8 +194,7 @@ class SentencePlan:
                 primaries += 1
         if stop == "exhausted" and skipped:
             stop, note = "budget", f"budget full: {skipped} relevant sentences did not fit in {budget} tokens"
-        # Bridge (multi-hop): a candidate document the kept evidence names by its title (the entity the first
-        # hop leads to) sends its best sentence, however it scored against the question.
+        # Bridge (multi-hop): a document the evidence names by title (where the first hop leads) comes along.
         if cfg.bridge > 0 and chosen:
             added = self._bridge(chosen, cfg.bridge, cfg.bridge_sentences, add)
             if added:
