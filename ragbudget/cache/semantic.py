@@ -1,9 +1,10 @@
 """Semantic response cache: a similar question in the same scope gets the stored answer.
 
 Per :class:`~ragbudget.cache.keys.ResponseScope` (everything but the question, conversation state
-included) the layer keeps an in-process matrix of normalised question embeddings (grown by doubling, rows
-removed by swapping in the last, so storing and evicting are O(1) at 100k entries). A lookup takes the
-best cosines ≥ ``threshold`` (a partial sort, not a full one) and decides each candidate in turn:
+included) the layer keeps an in-process matrix of normalised question embeddings
+(:class:`~ragbudget.cache.vectors.VectorRows`: storing and evicting are O(1) at 100k entries; a large
+scope is searched through a sign sketch and rescored exactly). A lookup takes the best
+:data:`MAX_CANDIDATES` cosines ≥ ``threshold`` and decides each candidate in turn:
 
 1. the guards and the contrast verifier (:func:`~ragbudget.cache.guards.explain`). No objection: served
    ("lexical"). A *hard* objection (numbers, negation, entities, an antonym or class pair both sides state,
@@ -29,7 +30,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -42,6 +43,7 @@ from . import verifier as learned
 from .base import CacheStats, KVBackend, decode_json, encode_json
 from .keys import ResponseScope, semantic_entry_key
 from .response import CacheHit, saved_ms, saved_tokens
+from .vectors import VectorRows, planes
 
 log = logging.getLogger(__name__)
 
@@ -83,35 +85,26 @@ class Decision:
         return f"{head}{', hard' if self.hard else ''}); cosine {self.similarity:.3f} to {self.stored_question!r}"
 
 
-@dataclass
 class _Scope:
-    dim: int
-    vecs: np.ndarray = field(init=False)
-    questions: list[str] = field(default_factory=list)
-    keys: list[str] = field(default_factory=list)
-    expires: list[float] = field(default_factory=list)
-    rows: dict[str, int] = field(default_factory=dict)
+    """One scope's entries: vector rows (:class:`~.vectors.VectorRows`) and, by row, what they are."""
 
-    def __post_init__(self) -> None:
-        self.vecs = np.zeros((16, self.dim), dtype=np.float32)
+    def __init__(self, dim: int, hyperplanes: np.ndarray, exact_max: int, shortlist: int) -> None:
+        self.rows_ = VectorRows(dim, hyperplanes, exact_max=exact_max, shortlist=shortlist)
+        self.questions: list[str] = []
+        self.keys: list[str] = []
+        self.expires: list[float] = []
+        self.rows: dict[str, int] = {}
 
     def add(self, key: str, question: str, v: np.ndarray, expires: float) -> None:
-        n = len(self.keys)
-        if n == self.vecs.shape[0]:
-            grown = np.zeros((2 * n, self.dim), dtype=np.float32)
-            grown[:n] = self.vecs
-            self.vecs = grown
-        self.vecs[n] = v
+        self.rows[key] = self.rows_.append(v)
         self.questions.append(question)
         self.keys.append(key)
         self.expires.append(expires)
-        self.rows[key] = n
 
     def remove(self, key: str) -> None:
         i = self.rows.pop(key)
-        last = len(self.keys) - 1
-        if i != last:  # move the last row into the hole
-            self.vecs[i] = self.vecs[last]
+        last = self.rows_.remove(i)
+        if i != last:  # the last row moved into the hole
             self.questions[i], self.keys[i], self.expires[i] = self.questions[last], self.keys[last], self.expires[last]
             self.rows[self.keys[i]] = i
         self.questions.pop()
@@ -146,6 +139,7 @@ class SemanticResponseCache:
         self._order: deque[tuple[str, str]] = deque()  # (scope id, entry key), oldest first
         self._queued: dict[tuple[str, str], int] = {}  # how many times each is in _order (re-stores)
         self._raise: dict[str, float] = {}  # entry key -> learned-score bar added by negative feedback
+        self._planes: np.ndarray | None = None  # the sign-sketch hyperplanes (vectors.planes), per dimension
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -170,12 +164,9 @@ class SemanticResponseCache:
             sc = self._scopes.get(scope.id)
             if sc is None or not sc.keys:
                 return []
-            n = len(sc.keys)
-            sims = sc.vecs[:n] @ q
-            top = np.argpartition(-sims, MAX_CANDIDATES)[:MAX_CANDIDATES] if n > MAX_CANDIDATES else np.arange(n)
-            order = top[np.argsort(-sims[top], kind="stable")]
-            return [(float(sims[i]), sc.questions[i], sc.keys[i]) for i in order
-                    if sims[i] >= self.config.threshold and sc.expires[i] > now]
+            rows, sims = sc.rows_.search(q, MAX_CANDIDATES)
+            return [(float(s), sc.questions[i], sc.keys[i]) for i, s in zip(rows.tolist(), sims.tolist())
+                    if s >= self.config.threshold and sc.expires[i] > now]
 
     def decide(self, stored: str, question: str, similarity: float, key: str = "") -> Decision:
         """The guards, then (for a soft objection) the learned verifier, then the hook, on one candidate."""
@@ -266,7 +257,10 @@ class SemanticResponseCache:
         with self._lock:
             sc = self._scopes.get(scope.id)
             if sc is None:
-                sc = self._scopes[scope.id] = _Scope(dim=v.shape[0])
+                if self._planes is None or self._planes.shape[0] != v.shape[0]:
+                    self._planes = planes(v.shape[0])
+                sc = self._scopes[scope.id] = _Scope(v.shape[0], self._planes, self.config.exact_search_max_entries,
+                                                     self.config.search_shortlist)
             if key in sc.rows:
                 sc.remove(key)  # its old (scope, key) order entry is skipped as stale at eviction
             sc.add(key, question, v, expires)

@@ -39,6 +39,10 @@ class SemanticCacheConfig(_Section):
     # Answers found wrong by feedback (SemanticResponseCache.feedback) raise that entry's bar by this much.
     feedback_step: float = Field(0.05, ge=0, le=1)
     max_entries: int = Field(10000, ge=1)
+    # Vector search per scope (ragbudget/cache/vectors.py): up to this many entries every row is scanned
+    # exactly; above it a 256-bit sign sketch picks the search_shortlist nearest rows, rescored exactly.
+    exact_search_max_entries: int = Field(16384, ge=0)
+    search_shortlist: int = Field(256, ge=8)  # rows the sketch passes on to the exact cosine (larger: slower, surer)
 
 
 class CacheConfig(_Section):
