@@ -30,8 +30,8 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -75,6 +75,9 @@ class Decision:
     objection: str | None = None  # the soft objection the learned verifier overruled or upheld
     score: float | None = None  # the learned verifier's probability
     bar: float | None = None  # the probability it needed (model threshold + this entry's feedback)
+    key: str = ""  # the entry's backend key
+    grey: bool = False  # a near miss that evidence agreement may still serve (serve_by_evidence)
+    evidence: str | None = None  # evidence agreement, e.g. "3/3 cited chunks in the new top 5"
 
     def describe(self) -> str:
         head = f"{'served' if self.accepted else 'refused'} ({self.reason}"
@@ -82,6 +85,8 @@ class Decision:
             head += f" over {self.objection}" if self.accepted else f" after {self.objection}"
         if self.score is not None:
             head += f", p={self.score:.2f} {'>=' if self.accepted else '<'} {self.bar:.2f}"
+        if self.evidence is not None:
+            head += f", evidence {self.evidence}"
         return f"{head}{', hard' if self.hard else ''}); cosine {self.similarity:.3f} to {self.stored_question!r}"
 
 
@@ -127,10 +132,13 @@ class SemanticResponseCache:
         self.verifier = verifier
         self.guard = guard_settings(self.config)
         self.learned: learned.LearnedVerifier | None = None
+        self._evidence_model: learned.LearnedVerifier | None = None
         if self.config.enabled and self.guard.contrast:
             contrast.lexicon()  # load the contrast lexicon once per process now, not in the first lookup
-            if self.config.verifier == "learned":
-                self.learned = learned.load(self.config.verifier_model)
+            if self.config.verifier == "learned" or self.config.evidence:
+                model = learned.load(self.config.verifier_model)
+                self.learned = model if self.config.verifier == "learned" else None
+                self._evidence_model = model  # scores near misses for evidence agreement
         elif self.config.verifier_model is not None:
             raise ConfigError("cache.semantic.verifier_model needs the contrast verifier (guards and guard_contrast on)")
         self.stats = stats or CacheStats("semantic")
@@ -151,9 +159,10 @@ class SemanticResponseCache:
         n = float(np.linalg.norm(v))
         return v / n if n > 0 else v
 
-    def candidates(self, scope: ResponseScope, question: str,
-                   embedding: np.ndarray | None = None) -> list[tuple[float, str, str]]:
-        """(cosine, stored question, entry key) at or above the threshold, best first (no guards)."""
+    def candidates(self, scope: ResponseScope, question: str, embedding: np.ndarray | None = None,
+                   floor: float | None = None) -> list[tuple[float, str, str]]:
+        """(cosine, stored question, entry key) at or above ``floor`` (default: the threshold), best first."""
+        floor = self.config.threshold if floor is None else floor
         with self._lock:
             sc = self._scopes.get(scope.id)
             if sc is None or not sc.keys:
@@ -166,7 +175,7 @@ class SemanticResponseCache:
                 return []
             rows, sims = sc.rows_.search(q, MAX_CANDIDATES)
             return [(float(s), sc.questions[i], sc.keys[i]) for i, s in zip(rows.tolist(), sims.tolist())
-                    if s >= self.config.threshold and sc.expires[i] > now]
+                    if s >= floor and sc.expires[i] > now]
 
     def decide(self, stored: str, question: str, similarity: float, key: str = "") -> Decision:
         """The guards, then (for a soft objection) the learned verifier, then the hook, on one candidate."""
@@ -176,8 +185,8 @@ class SemanticResponseCache:
                 return Decision(stored, similarity, False, v.reason, hard=v.hard)
             bump = self._raise.get(key, 0.0)
             base = self.config.verifier_min_score
-            bar = min((self.learned.threshold if base is None else base) + bump, 1.0)
-            p = self.learned.score(stored, question, similarity, v)
+            p, model_bar = self.learned.judge(stored, question, similarity, v)
+            bar = min((model_bar if base is None else base) + bump, 1.0)
             if p < bar:
                 return Decision(stored, similarity, False, "feedback" if bump and p >= bar - bump else "learned",
                                 objection=v.reason, score=p, bar=bar)
@@ -194,9 +203,14 @@ class SemanticResponseCache:
         decisions: list[Decision] = []
         if not self.config.enabled:
             return None, decisions
-        for sim, stored_q, key in self.candidates(scope, question, embedding):
+        cfg = self.config
+        floor = min(cfg.threshold, cfg.evidence_floor) if cfg.evidence else cfg.threshold
+        for sim, stored_q, key in self.candidates(scope, question, embedding, floor):
             d = self.decide(stored_q, question, sim, key)
+            if sim < cfg.threshold:  # below the bar for a hit: at most a near miss for evidence agreement
+                d = replace(d, accepted=False, reason="similarity" if d.accepted else d.reason)
             if not d.accepted:
+                d = self._grade(d, key, question)
                 decisions.append(d)
                 self.stats.incr("rejected_by_guard")
                 self.stats.count(f"refused_{d.reason}")
@@ -217,6 +231,49 @@ class SemanticResponseCache:
                             decision=d.describe()), decisions
         self.stats.miss()
         return None, decisions
+
+    def _grade(self, d: Decision, key: str, question: str) -> Decision:
+        """A soft refusal at cosine ≥ ``evidence_floor`` whose learned score (computed here with the lexical
+        verifier too) reaches ``evidence_min_score`` (None: the model's own bar) is a grey-zone near miss."""
+        cfg = self.config
+        if not cfg.evidence or d.hard or d.reason in ("hook", "feedback") or d.similarity < cfg.evidence_floor:
+            return replace(d, key=key)
+        if d.reason == "similarity":  # would have been served but for the cosine threshold
+            return replace(d, key=key, grey=True)
+        score, bar = d.score, d.bar
+        if score is None and self._evidence_model is not None:
+            v = guards.explain(d.stored_question, question, self.guard)
+            score, bar = self._evidence_model.judge(d.stored_question, question, d.similarity, v)
+        if score is None or bar is None:
+            return replace(d, key=key)
+        need = bar if cfg.evidence_min_score is None else cfg.evidence_min_score
+        return replace(d, key=key, grey=score >= need, score=score, bar=need)
+
+    def serve_by_evidence(self, near: Decision, retrieved_ids: Sequence[str], k: int) -> tuple[CacheHit | None, Decision]:
+        """Serve a grey-zone near miss when the chunks its stored answer cited (its context when it cited
+        none) are among the new question's top ``k`` retrieved chunks, at least ``evidence_min_overlap`` of
+        them. Returns the hit (or None) and the decision with the evidence it weighed."""
+        entry = decode_json(self.backend.get(near.key)) if near.grey else None
+        record = entry.get("record") if isinstance(entry, dict) else None
+        if not isinstance(record, dict):
+            return None, replace(near, reason="missing" if near.grey else near.reason)
+        cited = [c.get("chunk_id") for c in record.get("citations") or [] if isinstance(c, dict)]
+        cited = cited or [c.get("chunk_id") for c in record.get("context") or [] if isinstance(c, dict)]
+        top = set(retrieved_ids[:k])
+        shared = sum(1 for c in dict.fromkeys(cited) if c in top)
+        n = len(dict.fromkeys(cited))
+        ok = n > 0 and shared >= self.config.evidence_min_overlap * n
+        d = replace(near, accepted=ok, reason="evidence" if ok else "evidence_disagrees",
+                    evidence=f"{shared}/{n} cited chunks in the new top {k}")
+        self.stats.count(f"{'accepted' if ok else 'refused'}_{d.reason}")
+        if not ok:
+            return None, d
+        ledger = record.get("ledger")
+        if isinstance(ledger, dict):
+            ledger["flags"] = [*(ledger.get("flags") or []), f"semantic_hit: {d.describe()}"]
+        self.stats.hit(saved_tokens(record), saved_ms(record))
+        return CacheHit(record=record, layer=self.layer, key=near.key, similarity=near.similarity,
+                        matched_question=near.stored_question, decision=d.describe()), d
 
     def lookup(self, scope: ResponseScope, question: str, embedding: np.ndarray | None = None) -> CacheHit | None:
         """The stored answer of the most similar verified question in ``scope``, or None."""
