@@ -78,7 +78,13 @@ def test_decisions_say_why_and_reach_the_ledger(embedder):
     lexical = _cache(embedder, verifier="lexical")
     lexical.store(SCOPE, stored, {"answer": "A"})
     hit, decisions = lexical.lookup_explained(SCOPE, asked)
-    assert hit is None and decisions and not decisions[0].accepted and decisions[0].score is None
+    assert hit is None and decisions and not decisions[0].accepted
+    # ... as a grey-zone near miss the answer stage may still serve on evidence (scored by the same model)
+    assert decisions[0].grey and decisions[0].score is not None and decisions[0].score >= decisions[0].bar
+    off = _cache(embedder, verifier="lexical", evidence=False)
+    off.store(SCOPE, stored, {"answer": "A"})
+    hit, decisions = off.lookup_explained(SCOPE, asked)
+    assert hit is None and not decisions[0].grey and decisions[0].score is None
 
 
 def test_hard_refusals_are_never_scored(embedder):
