@@ -182,7 +182,10 @@ class SemanticResponseCache:
         v = guards.explain(stored, question, self.guard)
         if v.reason is not None:
             if v.hard or self.learned is None:
-                return Decision(stored, similarity, False, v.reason, hard=v.hard)
+                if v.hard or self._evidence_model is None or not self.config.evidence:
+                    return Decision(stored, similarity, False, v.reason, hard=v.hard)
+                p, model_bar = self._evidence_model.judge(stored, question, similarity, v)  # for evidence
+                return Decision(stored, similarity, False, v.reason, score=p, bar=model_bar)
             bump = self._raise.get(key, 0.0)
             base = self.config.verifier_min_score
             p, model_bar = self.learned.judge(stored, question, similarity, v)
@@ -210,7 +213,7 @@ class SemanticResponseCache:
             if sim < cfg.threshold:  # below the bar for a hit: at most a near miss for evidence agreement
                 d = replace(d, accepted=False, reason="similarity" if d.accepted else d.reason)
             if not d.accepted:
-                d = self._grade(d, key, question)
+                d = self._grade(d, key)
                 decisions.append(d)
                 self.stats.incr("rejected_by_guard")
                 self.stats.count(f"refused_{d.reason}")
@@ -232,18 +235,15 @@ class SemanticResponseCache:
         self.stats.miss()
         return None, decisions
 
-    def _grade(self, d: Decision, key: str, question: str) -> Decision:
-        """A soft refusal at cosine ≥ ``evidence_floor`` whose learned score (computed here with the lexical
-        verifier too) reaches ``evidence_min_score`` (None: the model's own bar) is a grey-zone near miss."""
+    def _grade(self, d: Decision, key: str) -> Decision:
+        """A soft refusal at cosine ≥ ``evidence_floor`` whose learned score (:meth:`decide` scores it with the
+        lexical verifier too) reaches ``evidence_min_score`` (None: the model's own bar) is a grey-zone near miss."""
         cfg = self.config
         if not cfg.evidence or d.hard or d.reason in ("hook", "feedback") or d.similarity < cfg.evidence_floor:
             return replace(d, key=key)
         if d.reason == "similarity":  # would have been served but for the cosine threshold
             return replace(d, key=key, grey=True)
-        score, bar = d.score, d.bar
-        if score is None and self._evidence_model is not None:
-            v = guards.explain(d.stored_question, question, self.guard)
-            score, bar = self._evidence_model.judge(d.stored_question, question, d.similarity, v)
+        score, bar = d.score, d.bar  # decide() scored it (the learned verifier, or the model for evidence)
         if score is None or bar is None:
             return replace(d, key=key)
         need = bar if cfg.evidence_min_score is None else cfg.evidence_min_score
