@@ -15,6 +15,12 @@ scope is searched through a sign sketch and rescored exactly). A lookup takes th
    per-entry thresholds online) — else refused.
 3. the optional ``verifier`` hook has the last say on a candidate that passed.
 
+A refused candidate that is only a *near miss* — a soft refusal at cosine ≥ ``evidence_floor`` (or a pass
+under the threshold) whose learned score reaches ``evidence_min_score`` (default: the model's bar) — is
+marked ``grey``: on a miss the answer stage runs retrieval anyway and :meth:`serve_by_evidence` serves it
+when the chunks its stored answer cited are among the new top-k (``evidence``, on by default). Hard
+refusals are never grey.
+
 Every candidate's :class:`Decision` says why it was served or refused (:meth:`lookup_explained`); a served
 answer's ledger carries its decision in ``flags`` ("semantic_hit: ..."), and refusals are counted per
 reason in the layer's stats (``reasons``: ``refused_<reason>``, ``accepted_<reason>``). Answers live in the KV backend under their own key, so
