@@ -282,13 +282,16 @@ class RAG:
         timings.stages["index"] = _ms(t_index)
         scope = self.answers.scope(loaded, req)
         yield ProgressEvent("cache", "looking up cached answers")
-        cached = self.answers.lookup(scope, req.question, timings.stages, t_start)
+        near: list[Any] = []  # the semantic layer's refused candidates: a near miss may pass on evidence
+        cached = self.answers.lookup(scope, req.question, timings.stages, t_start, near)
+        if cached is None:
+            yield ProgressEvent("retrieving", f"searching index {loaded.index.name!r}")
+            retrieved = self.retrieval.retrieve(req, loaded, timings, ledger)
+            cached = self.answers.by_evidence(req.question, near, retrieved, ledger, timings.stages, t_start)
         if cached is not None:  # no model ran: zero usage and cost; what the stored answer took is ledger.saved
             self._observe(cached, req.tenant)
             yield from _replay(cached)
             return
-        yield ProgressEvent("retrieving", f"searching index {loaded.index.name!r}")
-        retrieved = self.retrieval.retrieve(req, loaded, timings, ledger)
         yield ProgressEvent("reranking", f"{len(retrieved)} candidates")
         fitted = self.contexts.build(req, loaded, retrieved, ledger, timings)
         yield ProgressEvent("generating", "")

@@ -78,7 +78,13 @@ def test_decisions_say_why_and_reach_the_ledger(embedder):
     lexical = _cache(embedder, verifier="lexical")
     lexical.store(SCOPE, stored, {"answer": "A"})
     hit, decisions = lexical.lookup_explained(SCOPE, asked)
-    assert hit is None and decisions and not decisions[0].accepted and decisions[0].score is None
+    assert hit is None and decisions and not decisions[0].accepted
+    # ... as a grey-zone near miss the answer stage may still serve on evidence (scored by the same model)
+    assert decisions[0].grey and decisions[0].score is not None and decisions[0].score >= decisions[0].bar
+    off = _cache(embedder, verifier="lexical", evidence=False)
+    off.store(SCOPE, stored, {"answer": "A"})
+    hit, decisions = off.lookup_explained(SCOPE, asked)
+    assert hit is None and not decisions[0].grey and decisions[0].score is None
 
 
 def test_hard_refusals_are_never_scored(embedder):
@@ -143,3 +149,17 @@ def test_store_evict_and_restore_keep_rows_consistent(embedder):
         (top, *_) = cache.candidates(SCOPE, f"question {i}", vecs[i])
         assert top[1] == f"question {i}" and top[0] == pytest.approx(1.0, abs=1e-5)
     assert all(not c or c[0][1] != "question 5" or c[0][0] < 0.99 for c in [cache.candidates(SCOPE, "q", vecs[5])])
+
+
+def test_shipped_model_has_a_higher_bar_for_sentences_than_for_questions(embedder):
+    model = verifier.load()
+    assert 0.5 <= model.threshold <= model.threshold_statements < 1
+    assert verifier.is_question("how do I reset my password") and verifier.is_question("Can I pay by card?")
+    assert not verifier.is_question("The company reported a loss.")
+    info = json.loads(verifier.MODEL_PATH.read_text())["info"]
+    assert info["folds"] >= 2 and "out_of_fold_at_bars" in info  # bars chosen on validation, not on the fit
+    # an older model file (one bar) still loads: the bar then holds for both kinds of text
+    d = model.to_dict()
+    d.pop("threshold_statements")
+    old = verifier.LearnedVerifier.from_dict(d)
+    assert old.threshold_statements == old.threshold == model.threshold

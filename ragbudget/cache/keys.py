@@ -14,6 +14,7 @@ import json
 import re
 import unicodedata
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from ..types import Message
@@ -64,8 +65,9 @@ class ResponseScope:
     stop: tuple[str, ...] = ()  # other answer
     seed: int | None = None
 
-    @property
+    @cached_property
     def id(self) -> str:
+        """Computed once per scope object (fields are frozen): a lookup and its store ask for it often."""
         return digest(KEY_FORMAT, "scope", asdict(self))
 
 

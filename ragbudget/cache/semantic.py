@@ -1,9 +1,10 @@
 """Semantic response cache: a similar question in the same scope gets the stored answer.
 
 Per :class:`~ragbudget.cache.keys.ResponseScope` (everything but the question, conversation state
-included) the layer keeps an in-process matrix of normalised question embeddings (grown by doubling, rows
-removed by swapping in the last, so storing and evicting are O(1) at 100k entries). A lookup takes the
-best cosines ≥ ``threshold`` (a partial sort, not a full one) and decides each candidate in turn:
+included) the layer keeps an in-process matrix of normalised question embeddings
+(:class:`~ragbudget.cache.vectors.VectorRows`: storing and evicting are O(1) at 100k entries; a large
+scope is searched through a sign sketch and rescored exactly). A lookup takes the best
+:data:`MAX_CANDIDATES` cosines ≥ ``threshold`` and decides each candidate in turn:
 
 1. the guards and the contrast verifier (:func:`~ragbudget.cache.guards.explain`). No objection: served
    ("lexical"). A *hard* objection (numbers, negation, entities, an antonym or class pair both sides state,
@@ -13,6 +14,12 @@ best cosines ≥ ``threshold`` (a partial sort, not a full one) and decides each
    the model's threshold — raised per entry by negative feedback (:meth:`feedback`, as vCache learns
    per-entry thresholds online) — else refused.
 3. the optional ``verifier`` hook has the last say on a candidate that passed.
+
+A refused candidate that is only a *near miss* — a soft refusal at cosine ≥ ``evidence_floor`` (or a pass
+under the threshold) whose learned score reaches ``evidence_min_score`` (default: the model's bar) — is
+marked ``grey``: on a miss the answer stage runs retrieval anyway and :meth:`serve_by_evidence` serves it
+when the chunks its stored answer cited are among the new top-k (``evidence``, on by default). Hard
+refusals are never grey.
 
 Every candidate's :class:`Decision` says why it was served or refused (:meth:`lookup_explained`); a served
 answer's ledger carries its decision in ``flags`` ("semantic_hit: ..."), and refusals are counted per
@@ -29,8 +36,8 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -42,6 +49,7 @@ from . import verifier as learned
 from .base import CacheStats, KVBackend, decode_json, encode_json
 from .keys import ResponseScope, semantic_entry_key
 from .response import CacheHit, saved_ms, saved_tokens
+from .vectors import VectorRows, planes
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +81,9 @@ class Decision:
     objection: str | None = None  # the soft objection the learned verifier overruled or upheld
     score: float | None = None  # the learned verifier's probability
     bar: float | None = None  # the probability it needed (model threshold + this entry's feedback)
+    key: str = ""  # the entry's backend key
+    grey: bool = False  # a near miss that evidence agreement may still serve (serve_by_evidence)
+    evidence: str | None = None  # evidence agreement, e.g. "3/3 cited chunks in the new top 5"
 
     def describe(self) -> str:
         head = f"{'served' if self.accepted else 'refused'} ({self.reason}"
@@ -80,38 +91,31 @@ class Decision:
             head += f" over {self.objection}" if self.accepted else f" after {self.objection}"
         if self.score is not None:
             head += f", p={self.score:.2f} {'>=' if self.accepted else '<'} {self.bar:.2f}"
+        if self.evidence is not None:
+            head += f", evidence {self.evidence}"
         return f"{head}{', hard' if self.hard else ''}); cosine {self.similarity:.3f} to {self.stored_question!r}"
 
 
-@dataclass
 class _Scope:
-    dim: int
-    vecs: np.ndarray = field(init=False)
-    questions: list[str] = field(default_factory=list)
-    keys: list[str] = field(default_factory=list)
-    expires: list[float] = field(default_factory=list)
-    rows: dict[str, int] = field(default_factory=dict)
+    """One scope's entries: vector rows (:class:`~.vectors.VectorRows`) and, by row, what they are."""
 
-    def __post_init__(self) -> None:
-        self.vecs = np.zeros((16, self.dim), dtype=np.float32)
+    def __init__(self, dim: int, hyperplanes: np.ndarray, exact_max: int, shortlist: int) -> None:
+        self.rows_ = VectorRows(dim, hyperplanes, exact_max=exact_max, shortlist=shortlist)
+        self.questions: list[str] = []
+        self.keys: list[str] = []
+        self.expires: list[float] = []
+        self.rows: dict[str, int] = {}
 
     def add(self, key: str, question: str, v: np.ndarray, expires: float) -> None:
-        n = len(self.keys)
-        if n == self.vecs.shape[0]:
-            grown = np.zeros((2 * n, self.dim), dtype=np.float32)
-            grown[:n] = self.vecs
-            self.vecs = grown
-        self.vecs[n] = v
+        self.rows[key] = self.rows_.append(v)
         self.questions.append(question)
         self.keys.append(key)
         self.expires.append(expires)
-        self.rows[key] = n
 
     def remove(self, key: str) -> None:
         i = self.rows.pop(key)
-        last = len(self.keys) - 1
-        if i != last:  # move the last row into the hole
-            self.vecs[i] = self.vecs[last]
+        last = self.rows_.remove(i)
+        if i != last:  # the last row moved into the hole
             self.questions[i], self.keys[i], self.expires[i] = self.questions[last], self.keys[last], self.expires[last]
             self.rows[self.keys[i]] = i
         self.questions.pop()
@@ -134,10 +138,13 @@ class SemanticResponseCache:
         self.verifier = verifier
         self.guard = guard_settings(self.config)
         self.learned: learned.LearnedVerifier | None = None
+        self._evidence_model: learned.LearnedVerifier | None = None
         if self.config.enabled and self.guard.contrast:
             contrast.lexicon()  # load the contrast lexicon once per process now, not in the first lookup
-            if self.config.verifier == "learned":
-                self.learned = learned.load(self.config.verifier_model)
+            if self.config.verifier == "learned" or self.config.evidence:
+                model = learned.load(self.config.verifier_model)
+                self.learned = model if self.config.verifier == "learned" else None
+                self._evidence_model = model  # scores near misses for evidence agreement
         elif self.config.verifier_model is not None:
             raise ConfigError("cache.semantic.verifier_model needs the contrast verifier (guards and guard_contrast on)")
         self.stats = stats or CacheStats("semantic")
@@ -146,6 +153,7 @@ class SemanticResponseCache:
         self._order: deque[tuple[str, str]] = deque()  # (scope id, entry key), oldest first
         self._queued: dict[tuple[str, str], int] = {}  # how many times each is in _order (re-stores)
         self._raise: dict[str, float] = {}  # entry key -> learned-score bar added by negative feedback
+        self._planes: np.ndarray | None = None  # the sign-sketch hyperplanes (vectors.planes), per dimension
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -157,9 +165,10 @@ class SemanticResponseCache:
         n = float(np.linalg.norm(v))
         return v / n if n > 0 else v
 
-    def candidates(self, scope: ResponseScope, question: str,
-                   embedding: np.ndarray | None = None) -> list[tuple[float, str, str]]:
-        """(cosine, stored question, entry key) at or above the threshold, best first (no guards)."""
+    def candidates(self, scope: ResponseScope, question: str, embedding: np.ndarray | None = None,
+                   floor: float | None = None) -> list[tuple[float, str, str]]:
+        """(cosine, stored question, entry key) at or above ``floor`` (default: the threshold), best first."""
+        floor = self.config.threshold if floor is None else floor
         with self._lock:
             sc = self._scopes.get(scope.id)
             if sc is None or not sc.keys:
@@ -170,23 +179,23 @@ class SemanticResponseCache:
             sc = self._scopes.get(scope.id)
             if sc is None or not sc.keys:
                 return []
-            n = len(sc.keys)
-            sims = sc.vecs[:n] @ q
-            top = np.argpartition(-sims, MAX_CANDIDATES)[:MAX_CANDIDATES] if n > MAX_CANDIDATES else np.arange(n)
-            order = top[np.argsort(-sims[top], kind="stable")]
-            return [(float(sims[i]), sc.questions[i], sc.keys[i]) for i in order
-                    if sims[i] >= self.config.threshold and sc.expires[i] > now]
+            rows, sims = sc.rows_.search(q, MAX_CANDIDATES)
+            return [(float(s), sc.questions[i], sc.keys[i]) for i, s in zip(rows.tolist(), sims.tolist())
+                    if s >= floor and sc.expires[i] > now]
 
     def decide(self, stored: str, question: str, similarity: float, key: str = "") -> Decision:
         """The guards, then (for a soft objection) the learned verifier, then the hook, on one candidate."""
         v = guards.explain(stored, question, self.guard)
         if v.reason is not None:
             if v.hard or self.learned is None:
-                return Decision(stored, similarity, False, v.reason, hard=v.hard)
+                if v.hard or self._evidence_model is None or not self.config.evidence:
+                    return Decision(stored, similarity, False, v.reason, hard=v.hard)
+                p, model_bar = self._evidence_model.judge(stored, question, similarity, v)  # for evidence
+                return Decision(stored, similarity, False, v.reason, score=p, bar=model_bar)
             bump = self._raise.get(key, 0.0)
             base = self.config.verifier_min_score
-            bar = min((self.learned.threshold if base is None else base) + bump, 1.0)
-            p = self.learned.score(stored, question, similarity, v)
+            p, model_bar = self.learned.judge(stored, question, similarity, v)
+            bar = min((model_bar if base is None else base) + bump, 1.0)
             if p < bar:
                 return Decision(stored, similarity, False, "feedback" if bump and p >= bar - bump else "learned",
                                 objection=v.reason, score=p, bar=bar)
@@ -203,9 +212,14 @@ class SemanticResponseCache:
         decisions: list[Decision] = []
         if not self.config.enabled:
             return None, decisions
-        for sim, stored_q, key in self.candidates(scope, question, embedding):
+        cfg = self.config
+        floor = min(cfg.threshold, cfg.evidence_floor) if cfg.evidence else cfg.threshold
+        for sim, stored_q, key in self.candidates(scope, question, embedding, floor):
             d = self.decide(stored_q, question, sim, key)
+            if sim < cfg.threshold:  # below the bar for a hit: at most a near miss for evidence agreement
+                d = replace(d, accepted=False, reason="similarity" if d.accepted else d.reason)
             if not d.accepted:
+                d = self._grade(d, key)
                 decisions.append(d)
                 self.stats.incr("rejected_by_guard")
                 self.stats.count(f"refused_{d.reason}")
@@ -226,6 +240,46 @@ class SemanticResponseCache:
                             decision=d.describe()), decisions
         self.stats.miss()
         return None, decisions
+
+    def _grade(self, d: Decision, key: str) -> Decision:
+        """A soft refusal at cosine ≥ ``evidence_floor`` whose learned score (:meth:`decide` scores it with the
+        lexical verifier too) reaches ``evidence_min_score`` (None: the model's own bar) is a grey-zone near miss."""
+        cfg = self.config
+        if not cfg.evidence or d.hard or d.reason in ("hook", "feedback") or d.similarity < cfg.evidence_floor:
+            return replace(d, key=key)
+        if d.reason == "similarity":  # would have been served but for the cosine threshold
+            return replace(d, key=key, grey=True)
+        score, bar = d.score, d.bar  # decide() scored it (the learned verifier, or the model for evidence)
+        if score is None or bar is None:
+            return replace(d, key=key)
+        need = bar if cfg.evidence_min_score is None else cfg.evidence_min_score
+        return replace(d, key=key, grey=score >= need, score=score, bar=need)
+
+    def serve_by_evidence(self, near: Decision, retrieved_ids: Sequence[str], k: int) -> tuple[CacheHit | None, Decision]:
+        """Serve a grey-zone near miss when the chunks its stored answer cited (its context when it cited
+        none) are among the new question's top ``k`` retrieved chunks, at least ``evidence_min_overlap`` of
+        them. Returns the hit (or None) and the decision with the evidence it weighed."""
+        entry = decode_json(self.backend.get(near.key)) if near.grey else None
+        record = entry.get("record") if isinstance(entry, dict) else None
+        if not isinstance(record, dict):
+            return None, replace(near, reason="missing" if near.grey else near.reason)
+        cited = [c.get("chunk_id") for c in record.get("citations") or [] if isinstance(c, dict)]
+        cited = cited or [c.get("chunk_id") for c in record.get("context") or [] if isinstance(c, dict)]
+        top = set(retrieved_ids[:k])
+        shared = sum(1 for c in dict.fromkeys(cited) if c in top)
+        n = len(dict.fromkeys(cited))
+        ok = n > 0 and shared >= self.config.evidence_min_overlap * n
+        d = replace(near, accepted=ok, reason="evidence" if ok else "evidence_disagrees",
+                    evidence=f"{shared}/{n} cited chunks in the new top {k}")
+        self.stats.count(f"{'accepted' if ok else 'refused'}_{d.reason}")
+        if not ok:
+            return None, d
+        ledger = record.get("ledger")
+        if isinstance(ledger, dict):
+            ledger["flags"] = [*(ledger.get("flags") or []), f"semantic_hit: {d.describe()}"]
+        self.stats.hit(saved_tokens(record), saved_ms(record))
+        return CacheHit(record=record, layer=self.layer, key=near.key, similarity=near.similarity,
+                        matched_question=near.stored_question, decision=d.describe()), d
 
     def lookup(self, scope: ResponseScope, question: str, embedding: np.ndarray | None = None) -> CacheHit | None:
         """The stored answer of the most similar verified question in ``scope``, or None."""
@@ -266,7 +320,10 @@ class SemanticResponseCache:
         with self._lock:
             sc = self._scopes.get(scope.id)
             if sc is None:
-                sc = self._scopes[scope.id] = _Scope(dim=v.shape[0])
+                if self._planes is None or self._planes.shape[0] != v.shape[0]:
+                    self._planes = planes(v.shape[0])
+                sc = self._scopes[scope.id] = _Scope(v.shape[0], self._planes, self.config.exact_search_max_entries,
+                                                     self.config.search_shortlist)
             if key in sc.rows:
                 sc.remove(key)  # its old (scope, key) order entry is skipped as stale at eviction
             sc.add(key, question, v, expires)

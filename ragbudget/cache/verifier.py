@@ -6,12 +6,13 @@ both sides state, a role swap — and stay refusals. *Soft* refusals are only ab
 substituted without a known synonym ("lose weight quickly" / "fastest way to lose weight"), a one-sided
 modifier, extra content words. Most real duplicate questions land there, so a cache that refuses all of
 them answers one duplicate in five. This module scores a soft refusal with a logistic model over
-:data:`FEATURES` (the cosine of the two question embeddings, the verdict's word counts, overlap, length
-and the question word) and accepts it when the probability reaches the model's threshold.
+:data:`FEATURES` (the cosine of the two question embeddings, the verdict's word counts, overlap, length,
+whether both are questions, the question words and a wh-word or yes/no mismatch) and accepts it when the
+probability reaches the model's bar (one for question pairs, a higher one for other sentences).
 
 The model ships as ``data/verifier.json`` (weights, feature scaling, threshold and the data it was fit
 on); :mod:`~ragbudget.cache.build_verifier` builds it deterministically from labelled pairs. Scoring is a
-dot product of 14 numbers: microseconds.
+dot product of 20 numbers: microseconds.
 """
 
 from __future__ import annotations
@@ -32,13 +33,30 @@ from .contrast import Verdict, strip_fillers
 MODEL_PATH = Path(__file__).with_name("data") / "verifier.json"
 _WH = ("what", "which", "who", "whom", "whose", "where", "when", "why", "how")
 
+_AUX = frozenset({"is", "are", "was", "were", "do", "does", "did", "can", "could", "should", "would", "will",
+                  "shall", "may", "might", "must", "has", "have", "had", "am"})
+
 FEATURES = ("cosine", "left_total", "left_max", "left_min", "unmatched_share", "one_sided", "jaccard",
-            "n_min", "n_max", "substitution", "contrast", "content", "cos_x_share", "same_wh")
+            "n_min", "n_max", "substitution", "contrast", "content", "cos_x_share", "same_wh",
+            "questions", "len_ratio", "words_max", "cos_x_questions", "wh_conflict", "yesno_vs_wh")
+_WH_GROUP = {"which": "what", "whom": "who", "whose": "who"}  # "what" / "which" ask alike
 
 
 def _wh(text: str) -> str:
     toks = contrast_tokens(strip_fillers(text))
     return next((t for t in toks if t in _WH), "")
+
+
+def _yesno(text: str) -> bool:
+    """A yes/no question: opens with an auxiliary ("Did ...", "Can I ...")."""
+    toks = contrast_tokens(strip_fillers(text))
+    return bool(toks) and toks[0] in _AUX
+
+
+def is_question(text: str) -> bool:
+    """Question-shaped: ends with "?" or opens with a wh-word or an auxiliary ("Can I ...")."""
+    toks = contrast_tokens(text)
+    return text.rstrip().endswith("?") or bool(toks) and (toks[0] in _WH or toks[0] in _AUX)
 
 
 def features(stored: str, new: str, cosine: float, verdict: Verdict) -> np.ndarray:
@@ -48,15 +66,22 @@ def features(stored: str, new: str, cosine: float, verdict: Verdict) -> np.ndarr
     share = total / max(v.n_a + v.n_b, 1)
     union = max(v.n_a + v.n_b - v.shared, 1)
     wa, wb = _wh(stored), _wh(new)
+    questions = float(is_question(stored) and is_question(new))
+    ga, gb = _WH_GROUP.get(wa, wa), _WH_GROUP.get(wb, wb)
+    yesno_a, yesno_b = _yesno(stored), _yesno(new)
     return np.array([cosine, total, max(v.left_a, v.left_b), min(v.left_a, v.left_b), share, v.one_sided,
                      v.shared / union, min(v.n_a, v.n_b), max(v.n_a, v.n_b), v.reason == "substitution",
                      v.reason == "contrast", v.reason == "content", cosine * share,
-                     float(wa == wb or not wa or not wb)], dtype=np.float64)
+                     float(wa == wb or not wa or not wb), questions, min(v.n_a, v.n_b) / max(v.n_a, v.n_b, 1),
+                     max(len(stored.split()), len(new.split())), cosine * questions,
+                     float(bool(ga and gb and ga != gb)), float(yesno_a != yesno_b)], dtype=np.float64)
 
 
 @dataclass(frozen=True)
 class LearnedVerifier:
-    """Logistic model: ``p = sigmoid(bias + weights · (x - mean) / scale)``; accept when p ≥ ``threshold``."""
+    """Logistic model: ``p = sigmoid(bias + weights · (x - mean) / scale)``; accept when p ≥ the bar:
+    ``threshold`` for two question-shaped texts, ``threshold_statements`` otherwise (news-style sentences,
+    where the shared MRPC negatives put the bar higher)."""
 
     mean: np.ndarray
     scale: np.ndarray
@@ -64,6 +89,11 @@ class LearnedVerifier:
     bias: float
     threshold: float
     info: dict[str, Any]
+    threshold_statements: float = 1.0
+
+    def bar(self, x: np.ndarray) -> float:
+        """The probability a candidate with features ``x`` needs."""
+        return self.threshold if x[FEATURES.index("questions")] else self.threshold_statements
 
     def probability(self, x: np.ndarray) -> float:
         z = self.bias + float(((x - self.mean) / self.scale) @ self.weights)
@@ -73,9 +103,15 @@ class LearnedVerifier:
         """Probability that ``new`` asks what ``stored`` asked (only meaningful for soft refusals)."""
         return self.probability(features(stored, new, cosine, verdict))
 
+    def judge(self, stored: str, new: str, cosine: float, verdict: Verdict) -> tuple[float, float]:
+        """(probability, the model's bar for this pair)."""
+        x = features(stored, new, cosine, verdict)
+        return self.probability(x), self.bar(x)
+
     def to_dict(self) -> dict[str, Any]:
         return {"features": list(FEATURES), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
-                "weights": self.weights.tolist(), "bias": self.bias, "threshold": self.threshold, "info": self.info}
+                "weights": self.weights.tolist(), "bias": self.bias, "threshold": self.threshold,
+                "threshold_statements": self.threshold_statements, "info": self.info}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "verifier model") -> "LearnedVerifier":
@@ -85,11 +121,13 @@ class LearnedVerifier:
         try:
             arrs = [np.asarray(d[k], dtype=np.float64) for k in ("mean", "scale", "weights")]
             bias, threshold = float(d["bias"]), float(d["threshold"])
+            statements = float(d.get("threshold_statements", threshold))
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{source}: malformed verifier model ({err})") from None
-        if any(a.shape != (len(FEATURES),) for a in arrs) or not np.all(arrs[1] > 0) or not 0 <= threshold <= 1:
+        if (any(a.shape != (len(FEATURES),) for a in arrs) or not np.all(arrs[1] > 0) or not 0 <= threshold <= 1
+                or not 0 <= statements <= 1):
             raise ConfigError(f"{source}: malformed verifier model (shapes, scales or threshold)")
-        return cls(arrs[0], arrs[1], arrs[2], bias, threshold, dict(d.get("info") or {}))
+        return cls(arrs[0], arrs[1], arrs[2], bias, threshold, dict(d.get("info") or {}), statements)
 
 
 @lru_cache(maxsize=4)

@@ -45,6 +45,21 @@ class SemanticCacheConfig(_Section):
     feedback_step: float = Field(0.05, ge=0, le=1)
     # most questions the semantic cache compares against
     max_entries: int = Field(10000, ge=1)
+    # Evidence agreement (issue 28): a near miss refused only softly (cosine ≥ evidence_floor, no hard
+    # contrast) whose learned-verifier probability reaches evidence_min_score is served when the new
+    # question's retrieval (run anyway on a miss, then reused) finds the chunks the cached answer cited
+    # among its top retrieval.top_k. With the lexical verifier this serves what the learned one would,
+    # but only where the evidence agrees; hard refusals (contrasts, numbers, negation, entities) stay.
+    evidence: bool = True
+    evidence_floor: float = Field(0.80, ge=0, le=1)  # lowest cosine a near miss may have
+    # probability a near miss needs; None: the learned model's own bar (questions / other sentences)
+    evidence_min_score: float | None = Field(None, ge=0, le=1)
+    # share of the cited chunks (the context when none cited) that must be in the new top retrieval.top_k
+    evidence_min_overlap: float = Field(1.0, gt=0, le=1)
+    # Vector search per scope (ragbudget/cache/vectors.py): up to this many entries every row is scanned
+    # exactly; above it a 256-bit sign sketch picks the search_shortlist nearest rows, rescored exactly.
+    exact_search_max_entries: int = Field(16384, ge=0)
+    search_shortlist: int = Field(256, ge=8)  # rows the sketch passes on to the exact cosine (larger: slower, surer)
 
 
 class CacheConfig(_Section):

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from .accounting import as_cache_hit, not_cacheable
 from ..cache import CacheLayers
 from ..cache.keys import ResponseScope, conversation_fingerprint, digest
+from ..cache.semantic import Decision
 from ..config import Config
 from ..embed.encoder import Embedder
 from ..errors import CacheError
@@ -22,7 +23,7 @@ from ..index.filters import fingerprint as filter_fingerprint
 from ..retrieval.registry import LoadedIndex
 from .prompt import fingerprint, static_prefix
 from .request import QueryRequest
-from ..types import Answer
+from ..types import Answer, Ledger, Scored
 
 log = logging.getLogger("ragbudget")
 
@@ -54,9 +55,11 @@ class AnswerCache:
                              model_tier=self._tiers_fp, max_tokens=req.out_tokens, mode=req.mode,
                              conversation=conversation_fingerprint(req.history))
 
-    def lookup(self, scope: ResponseScope, question: str, stages: dict[str, float], t_start: float) -> Answer | None:
+    def lookup(self, scope: ResponseScope, question: str, stages: dict[str, float], t_start: float,
+               near: list[Decision] | None = None) -> Answer | None:
         """The stored answer as a hit (zero usage; what it saved in ``ledger.saved``), or None. The semantic
-        layer embeds the question only when the exact layer missed."""
+        layer embeds the question only when the exact layer missed; on a miss ``near`` receives its decision
+        on every candidate it refused (for :meth:`by_evidence` and the ledger)."""
         t0 = time.perf_counter()
         hit = None
         rc = self._layers().response
@@ -64,7 +67,10 @@ class AnswerCache:
             try:
                 hit = rc.exact.lookup(scope, question)
                 if hit is None and rc.semantic is not None:
-                    hit = rc.semantic.lookup(scope, question, self._embedder().embed_query(question))
+                    hit, decisions = rc.semantic.lookup_explained(scope, question,
+                                                                  self._embedder().embed_query(question))
+                    if hit is None and near is not None:
+                        near.extend(decisions)
             except CacheError as err:
                 log.warning("response cache lookup failed: %s", err)
         stages["cache_response"] = (time.perf_counter() - t0) * 1000.0
@@ -72,6 +78,34 @@ class AnswerCache:
             return None
         return as_cache_hit(Answer.from_dict(hit.record), layer=hit.layer, question=question,
                             lookup_ms=stages["cache_response"], total_ms=(time.perf_counter() - t_start) * 1000.0)
+
+    def by_evidence(self, question: str, near: Sequence[Decision], retrieved: Sequence[Scored], ledger: Ledger,
+                    stages: dict[str, float], t_start: float) -> Answer | None:
+        """After a miss, with the new question's retrieval (which the retrieval stage then uses as it is):
+        a grey-zone near miss (:attr:`Decision.grey`) is served when the chunks its answer cited are among
+        the top ``retrieval.top_k`` retrieved. Every refused candidate, and why, goes into ``ledger.flags``
+        of the answer generated instead ("semantic_near_miss: ...")."""
+        rc = self._layers().response
+        sem = rc.semantic if rc is not None else None
+        if sem is None or not near:
+            return None
+        t0 = time.perf_counter()
+        ids = [s.chunk.id for s in retrieved]
+        for d in near:
+            hit = None
+            if d.grey:
+                try:
+                    hit, d = sem.serve_by_evidence(d, ids, self.config.retrieval.top_k)
+                except CacheError as err:
+                    log.warning("response cache lookup failed: %s", err)
+            if hit is not None:
+                stages["cache_evidence"] = (time.perf_counter() - t0) * 1000.0
+                return as_cache_hit(Answer.from_dict(hit.record), layer=hit.layer, question=question,
+                                    lookup_ms=stages.get("cache_response", 0.0) + stages["cache_evidence"],
+                                    total_ms=(time.perf_counter() - t_start) * 1000.0)
+            ledger.flags.append(f"semantic_near_miss: {d.describe()}")
+        stages["cache_evidence"] = (time.perf_counter() - t0) * 1000.0
+        return None
 
     def store(self, scope: ResponseScope, question: str, ans: Answer) -> None:
         rc = self._layers().response
