@@ -308,8 +308,7 @@ class RAG:
 
     def _answer(self, req: QueryRequest, routed: Routed, ledger: Ledger, timings: Timings, t_start: float,
                 built: BuiltContext | None) -> Answer:
-        """The Answer: text, citations of the context that was sent, ledger (route, output, engine counts),
-        usage and timings."""
+        """The Answer: text, citations of the sent context, ledger (route, output, engine counts), usage, timings."""
         gen = routed.generation
         context = built.context if built is not None else []
         ledger.route = routed.decision.to_dict()
@@ -317,11 +316,10 @@ class RAG:
             ledger.flags.append("partial")
         out = ledger.section("output", built.allocation.output if built else 0)
         out.used = gen.usage.completion_tokens
-        if built is not None:  # what the engine reports it reused of the prompt, next to what was sent
+        if built is not None:  # what the engine reused of the prompt; its own TTFT shows a prefix-cache hit
             ledger.prompt.update({"engine_prompt_tokens": gen.usage.prompt_tokens,
                                   "engine_cached_tokens": gen.usage.cached_tokens,
                                   "engine_tokens_counted": routed.decision.prompt_tokens_counted,
-                                  # the engine's own time to first token: where a prefix-cache hit shows
                                   "engine_ttft_ms": gen.timings.ttft_ms})
         if timings.ttft_ms is None:  # a code handler's answer: its own clock
             timings.ttft_ms = gen.timings.ttft_ms
