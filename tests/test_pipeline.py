@@ -215,10 +215,14 @@ def test_system_prompt_over_its_cap_fails_at_construction(tmp_path):
         RAG(cfg)
 
 
-def test_response_modes_set_output_budget_and_length(rag):
+def test_response_modes_set_output_budget_and_length(tmp_path, embedder):
+    """A mode sets the output budget and the answer's length. The context is filled (adaptive off) so both
+    modes answer from the same, larger context: the detailed one may cite more of it."""
     q = "How does ragbudget cache answers, and what makes a cached answer unreachable?"
-    concise = rag.query(q, mode="concise", tenant="modes")
-    detailed = rag.query(q, mode="detailed", tenant="modes")
+    with RAG(_cfg(tmp_path, **{"trim.adaptive": False}), index="docs", embedder=embedder) as rag:
+        rag.ingest(SAMPLE_DOCS)
+        concise = rag.query(q, mode="concise", tenant="modes")
+        detailed = rag.query(q, mode="detailed", tenant="modes")
     assert concise.ledger.sections["output"].budget == 128
     assert detailed.ledger.sections["output"].budget == 512
     assert concise.usage.completion_tokens <= 128
