@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -128,10 +129,16 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     flt = parse_filters(filters_from_args(args))
-    registry = IndexRegistry(cfg, default_embedder(cfg))
+    embedder = default_embedder(cfg)
+    registry = IndexRegistry(cfg, embedder)
     try:
-        loaded = registry.get(args.index)
+        loaded = registry.get(args.index)  # a missing index is reported before any model loads
         index = loaded.index
+        t_load = time.perf_counter()
+        warm = getattr(embedder, "warm_up", None)
+        if callable(warm):  # the model loads before the query's clock: loading is not "embed" time
+            warm()
+        load_ms = (time.perf_counter() - t_load) * 1000.0
         timings: dict[str, float] = {}
         notes: list[str] = []
         hits = loaded.retriever.retrieve(args.query, k=args.k, mode=args.mode, timings=timings, notes=notes,
@@ -142,7 +149,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         results = [{**h.to_dict(), "metadata": dict(h.chunk.metadata)} for h in hits]  # the fields to filter on
         print(json.dumps({"query": args.query, "mode": args.mode or cfg.retrieval.mode, "index": index.name,
                           "index_version": index.version, "results": results,
-                          "timings_ms": timings, "notes": notes}, default=str))
+                          "timings_ms": timings, "load_ms": round(load_ms, 1), "notes": notes}, default=str))
         return 0
     console = Console()
     # paths, titles and texts are data, not rich markup: "[" in a file name must print as itself
@@ -156,7 +163,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                   escape(f"{label} [{h.chunk.source}#{h.chunk.position}]"),
                   escape(h.chunk.text[:200].replace("\n", " ")))
     console.print(t)
-    console.print("timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    console.print("timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items())
+                  + f" · models loaded in {load_ms / 1000:.1f} s (not counted)")
     for n in notes:
         console.print(f"[cyan]note[/] {escape(n)}")
     if not hits:
