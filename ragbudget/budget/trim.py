@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..config import BM25Config, TrimConfig
-from ..index.sparse import Analyzer
+from ..config import TrimConfig
 from ..retrieval.rerank import Reranker
 from ..kernels.sentences import split_sentences
 from ..kernels.tokens import Tokenizer
 from ..types import Scored
+from .evidence import (TermsFn, WeightsFn, bare_title, default_terms, gap_limit, minmax,
+                       opens_with_reference, question_share, question_weights, retrieval_ranks)
 
 GAP = " … "
 MIN_TRUNCATED_TOKENS = 8  # a cut sentence shorter than this carries no meaning; skip it instead
@@ -43,10 +43,6 @@ class TrimResult:
     compressed: list[dict[str, Any]] = field(default_factory=list)
     stop: str = "exhausted"
     stop_note: str = ""
-
-
-TermsFn = Callable[[str], Sequence[str]]
-WeightsFn = Callable[[Sequence[str]], Mapping[str, float]]
 
 
 @dataclass
@@ -81,14 +77,14 @@ class SentencePlan:
         if scorer is not None and flat and cfg.sentence_weight > 0:
             dense = [float(v) for v in np.asarray(scorer.score(query, flat), dtype=float)]
         else:
-            chunk_rel = _minmax([s.score for s in items])
+            chunk_rel = minmax([s.score for s in items])
             dense = [0.5 * chunk_rel[ci] for ci, ss in enumerate(sents) for _ in ss]
-        terms = terms or _default_terms()
+        terms = terms or default_terms()
         flat_sets = [frozenset(terms(x)) for x in flat]
         q_terms = list(dict.fromkeys(terms(query)))
-        q_weights = _weights(q_terms, sents, terms, term_weights)
-        lex = _lexical(q_terms, flat_sets, q_weights)
-        order = _retrieval_ranks(items)
+        q_weights = question_weights(q_terms, sents, terms, term_weights)
+        lex = question_share(q_terms, flat_sets, q_weights)
+        order = retrieval_ranks(items)
         tokens, scores, term_sets, lexical, k = [], [], [], [], 0
         for ci, ss in enumerate(sents):
             prior = cfg.rank_prior / (1.0 + order[ci] / 3.0)
@@ -132,7 +128,7 @@ class SentencePlan:
         stop, note, skipped = "exhausted", "", 0
         q_total = sum(self.query_weights.values())
         covered: set[str] = set()
-        limit, gap_note = _gap_limit([c[0] for c in cand], cfg) if cfg.adaptive else (len(cand), "")
+        limit, gap_note = gap_limit([c[0] for c in cand], cfg) if cfg.adaptive else (len(cand), "")
         primaries = 0
 
         def add(ci: int, jj: int) -> bool:
@@ -173,7 +169,7 @@ class SentencePlan:
             n = len(self.sentences[ci])
             before_primary = used
             around = [x for x in range(j - w, j + w + 1) if x != j and 0 <= x < n]
-            if cfg.anaphora and j > 0 and j - 1 not in around and _opens_with_reference(self.sentences[ci][j]):
+            if cfg.anaphora and j > 0 and j - 1 not in around and opens_with_reference(self.sentences[ci][j]):
                 around.insert(0, j - 1)  # "He then …": the sentence naming who comes along
             for jj in [j] + around:
                 if add(ci, jj):
@@ -228,7 +224,7 @@ class SentencePlan:
         for ci, s in enumerate(self.items):
             if len(added) >= limit:
                 break
-            title = _bare_title(s.chunk.title)
+            title = bare_title(s.chunk.title)
             if ci in chosen or s.chunk.doc_id in chosen_docs or not title or not self.scores[ci]:
                 continue
             named = re.compile(r"(?<!\w)" + re.escape(title) + r"(?!\w)")
@@ -301,70 +297,6 @@ class SentencePlan:
         return TrimResult(kept=kept, used=used, dropped=dropped, compressed=compressed, stop=stop, stop_note=note)
 
 
-_REFERENCE = re.compile(r"^\W*(he|she|it|they|his|her|its|their|them|him|this|these|that|those|there|the latter|"
-                        r"the former|both|such)\b", re.IGNORECASE)
-
-
-def _opens_with_reference(sentence: str) -> bool:
-    """Does the sentence open with a pronoun or demonstrative whose referent is in an earlier sentence?"""
-    return bool(_REFERENCE.match(sentence))
-
-
-def _bare_title(title: str) -> str:
-    """A title as running text would name it: lower case, without a trailing "(qualifier)"; "" when too
-    short to be a name (under 4 characters)."""
-    t = re.sub(r"\s*\([^)]*\)\s*$", "", " ".join(str(title or "").split())).lower()
-    return t if len(t) >= 4 else ""
-
-
-def _gap_limit(scores: Sequence[float], cfg: TrimConfig) -> tuple[int, str]:
-    """Adaptive-k over sentences: how many of the best-first ``scores`` to take, from the largest drop among
-    the first ``cfg.gap_window`` (+ ``cfg.gap_buffer``), and the ledger's note for that stop."""
-    top = list(scores[:cfg.gap_window + 1])
-    if cfg.gap_window <= 0 or len(top) < 3:
-        return len(scores), ""
-    gaps = [top[i] - top[i + 1] for i in range(len(top) - 1)]
-    k = max(range(len(gaps)), key=lambda i: (gaps[i], -i)) + 1  # first of the largest drops
-    limit = k + cfg.gap_buffer
-    return limit, (f"score gap: the largest drop among the best {len(top)} sentences comes after sentence {k} "
-                   f"({top[k - 1]:.2f} → {top[k]:.2f}); {limit} taken")
-
-
-@lru_cache(maxsize=1)
-def _default_terms() -> TermsFn:
-    """The BM25 analyzer with default settings (memoised): the terms a default sparse index matches."""
-    return Analyzer(BM25Config()).terms
-
-
-def _weights(q: Sequence[str], sents: list[list[str]], terms: TermsFn,
-             weights: WeightsFn | None) -> dict[str, float]:
-    """Each question term's weight: the index's idf, or idf over the candidate chunks themselves."""
-    if not q:
-        return {}
-    if weights is not None:
-        return {t: max(float(v), 0.0) for t, v in weights(q).items()}
-    chunk_sets = [set(terms(" ".join(ss))) for ss in sents]
-    n = len(chunk_sets)
-    return {t: float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
-            for t in q for df in [sum(1 for cs in chunk_sets if t in cs)]}
-
-
-def _lexical(q: Sequence[str], sets: Sequence[frozenset[str]], w: Mapping[str, float]) -> list[float]:
-    """Per sentence (``sets``: its terms), the share of the question's term weight it contains (0 … 1)."""
-    total = sum(w.get(t, 0.0) for t in q)
-    if not q or not sets or total <= 0:
-        return [0.0] * len(sets)
-    return [sum(w.get(t, 0.0) for t in q if t in st) / total for st in sets]
-
-
-def _retrieval_ranks(items: Sequence[Scored]) -> list[int]:
-    """Rank of each item in retrieval (fused) order when known, else in list order."""
-    if items and all(s.fused_score is not None for s in items):
-        order = sorted(range(len(items)), key=lambda i: (-float(items[i].fused_score or 0.0), i))
-        return [order.index(i) for i in range(len(items))]
-    return list(range(len(items)))
-
-
 def order_context(items: list[Scored], order: str) -> list[Scored]:
     """``relevance``: as given (best first). ``edges``: best at both ends, weakest in the middle
     (ranks 1, 3, 5, … then …, 6, 4, 2) against lost-in-the-middle."""
@@ -385,13 +317,3 @@ def trim_chunks(query: str, items: Sequence[Scored], budget: int, tokenizer: Tok
 def _text_of(s: Scored) -> str:
     t = s.chunk.text
     return t if isinstance(t, str) else ""
-
-
-def _minmax(vals: Sequence[float]) -> list[float]:
-    if not vals:
-        return []
-    arr = np.asarray(vals, dtype=float)
-    lo, hi = float(arr.min()), float(arr.max())
-    if hi - lo < 1e-12:
-        return [1.0] * len(arr)
-    return list((arr - lo) / (hi - lo))

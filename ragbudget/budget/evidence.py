@@ -1,0 +1,92 @@
+"""The signals a sentence's evidence score and the packing's stops are made of: the question's term weights
+and the share of them a sentence holds, the rank prior, the score gap (adaptive-k), titles named in running text,
+pronoun-led sentences, and the flow of a conversation through a document (the sentence after the last answer)."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..config import BM25Config, TrimConfig
+from ..index.sparse import Analyzer
+from ..types import Scored
+
+TermsFn = Callable[[str], Sequence[str]]
+WeightsFn = Callable[[Sequence[str]], Mapping[str, float]]
+
+
+_REFERENCE = re.compile(r"^\W*(he|she|it|they|his|her|its|their|them|him|this|these|that|those|there|the latter|"
+                        r"the former|both|such)\b", re.IGNORECASE)
+
+
+def opens_with_reference(sentence: str) -> bool:
+    """Does the sentence open with a pronoun or demonstrative whose referent is in an earlier sentence?"""
+    return bool(_REFERENCE.match(sentence))
+
+
+def bare_title(title: str) -> str:
+    """A title as running text would name it: lower case, without a trailing "(qualifier)"; "" when too
+    short to be a name (under 4 characters)."""
+    t = re.sub(r"\s*\([^)]*\)\s*$", "", " ".join(str(title or "").split())).lower()
+    return t if len(t) >= 4 else ""
+
+
+def gap_limit(scores: Sequence[float], cfg: TrimConfig) -> tuple[int, str]:
+    """Adaptive-k over sentences: how many of the best-first ``scores`` to take, from the largest drop among
+    the first ``cfg.gap_window`` (+ ``cfg.gap_buffer``), and the ledger's note for that stop."""
+    top = list(scores[:cfg.gap_window + 1])
+    if cfg.gap_window <= 0 or len(top) < 3:
+        return len(scores), ""
+    gaps = [top[i] - top[i + 1] for i in range(len(top) - 1)]
+    k = max(range(len(gaps)), key=lambda i: (gaps[i], -i)) + 1  # first of the largest drops
+    limit = k + cfg.gap_buffer
+    return limit, (f"score gap: the largest drop among the best {len(top)} sentences comes after sentence {k} "
+                   f"({top[k - 1]:.2f} → {top[k]:.2f}); {limit} taken")
+
+
+@lru_cache(maxsize=1)
+def default_terms() -> TermsFn:
+    """The BM25 analyzer with default settings (memoised): the terms a default sparse index matches."""
+    return Analyzer(BM25Config()).terms
+
+
+def question_weights(q: Sequence[str], sents: list[list[str]], terms: TermsFn,
+             weights: WeightsFn | None) -> dict[str, float]:
+    """Each question term's weight: the index's idf, or idf over the candidate chunks themselves."""
+    if not q:
+        return {}
+    if weights is not None:
+        return {t: max(float(v), 0.0) for t, v in weights(q).items()}
+    chunk_sets = [set(terms(" ".join(ss))) for ss in sents]
+    n = len(chunk_sets)
+    return {t: float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
+            for t in q for df in [sum(1 for cs in chunk_sets if t in cs)]}
+
+
+def question_share(q: Sequence[str], sets: Sequence[frozenset[str]], w: Mapping[str, float]) -> list[float]:
+    """Per sentence (``sets``: its terms), the share of the question's term weight it contains (0 … 1)."""
+    total = sum(w.get(t, 0.0) for t in q)
+    if not q or not sets or total <= 0:
+        return [0.0] * len(sets)
+    return [sum(w.get(t, 0.0) for t in q if t in st) / total for st in sets]
+
+
+def retrieval_ranks(items: Sequence[Scored]) -> list[int]:
+    """Rank of each item in retrieval (fused) order when known, else in list order."""
+    if items and all(s.fused_score is not None for s in items):
+        order = sorted(range(len(items)), key=lambda i: (-float(items[i].fused_score or 0.0), i))
+        return [order.index(i) for i in range(len(items))]
+    return list(range(len(items)))
+
+
+def minmax(vals: Sequence[float]) -> list[float]:
+    if not vals:
+        return []
+    arr = np.asarray(vals, dtype=float)
+    lo, hi = float(arr.min()), float(arr.max())
+    if hi - lo < 1e-12:
+        return [1.0] * len(arr)
+    return list((arr - lo) / (hi - lo))
