@@ -193,3 +193,33 @@ def test_the_score_gap_ends_the_evidence(scorer):
     assert "777 kilometres" in " ".join(s.chunk.text for s in gap.kept)
     assert gap.used < no_gap.used
     assert gap.stop == "evidence" and "score gap" in gap.stop_note
+
+
+CAREER = ("Anna Pavlova trained at the Imperial Ballet School in Saint Petersburg. "
+          "In 1906 she became a prima ballerina of the Mariinsky Theatre. "
+          "Three years later she toured Paris with the Ballets Russes. "
+          "She then founded her own company and performed around the world. "
+          "Pavlova died of pleurisy in The Hague in 1931.")
+
+
+def test_a_follow_up_goes_on_from_where_the_last_answer_came_from(scorer):
+    """'What happened after that?' echoes nothing; the sentence after the one the last answer quoted is where a
+    conversation about a document goes next: it alone is chosen, and the ledger's note says why. Without the
+    history (or with dialog_flow 0) nothing points there: the evidence is diffuse and more is sent."""
+    from ragbudget.budget.trim import SentencePlan
+    doc = [Scored(Chunk(id="c0", doc_id="pavlova", text=CAREER, metadata={"title": "Anna Pavlova"}), score=0.8),
+           Scored(Chunk(id="c1", doc_id="paris", text=PARIS), score=0.5)]
+    answer = "In 1906 she became a prima ballerina of the Mariinsky Theatre."
+    question = "What happened after that?"
+    nxt = "Three years later she toured Paris with the Ballets Russes."
+    cfg = TrimConfig()
+    with_flow = SentencePlan.build(question, doc, TOK, scorer, cfg, previous_answer=answer).pack(400, cfg, TOK)
+    assert [s.chunk.text for s in with_flow.kept] == [nxt]
+    assert "dialog flow: the sentence after the last answer's in 'Anna Pavlova'" in with_flow.stop_note
+    for plan_cfg, prev in ((cfg, ""), (TrimConfig(dialog_flow=0), answer)):
+        plain = SentencePlan.build(question, doc, TOK, scorer, plan_cfg, previous_answer=prev).pack(400, plan_cfg, TOK)
+        assert plain.used > with_flow.used
+        assert "dialog flow" not in plain.stop_note
+    # an answer that no candidate sentence resembles leads nowhere
+    unrelated = SentencePlan.build(question, doc, TOK, scorer, cfg, previous_answer="Bananas are berries.")
+    assert unrelated.flow == []

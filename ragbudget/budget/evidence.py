@@ -12,6 +12,7 @@ import numpy as np
 
 from ..config import BM25Config, TrimConfig
 from ..index.sparse import Analyzer
+from ..kernels.sentences import split_sentences
 from ..types import Scored
 
 TermsFn = Callable[[str], Sequence[str]]
@@ -90,3 +91,25 @@ def minmax(vals: Sequence[float]) -> list[float]:
     if hi - lo < 1e-12:
         return [1.0] * len(arr)
     return list((arr - lo) / (hi - lo))
+
+
+def dialog_flow(previous_answer: str, term_sets: Sequence[Sequence[frozenset[str]]], terms: TermsFn,
+                match: float) -> list[tuple[int, int]]:
+    """Where the conversation goes next: per chunk, the (chunk, sentence) right after the sentence the previous
+    answer came from — the one whose terms overlap the answer's last sentence the most, at least ``match``
+    (Jaccard). A question that follows an answer most often asks about what the document says next (QuAC's
+    dialogs move forward through their section; conversational QA models feed the previous answer's position)."""
+    parts = split_sentences(previous_answer) if previous_answer.strip() else []
+    last = frozenset(terms(parts[-1])) if parts else frozenset()
+    if not last:
+        return []
+    out = []
+    for ci, sets in enumerate(term_sets):
+        best_j, best_v = -1, 0.0
+        for j, ts in enumerate(sets):
+            v = len(last & ts) / len(last | ts) if ts else 0.0
+            if v > best_v:
+                best_j, best_v = j, v
+        if best_v >= match and best_j + 1 < len(sets):
+            out.append((ci, best_j + 1))
+    return out

@@ -39,14 +39,15 @@ class ContextPlan:
 
 def plan_context(question: str, items: Sequence[Scored], tokenizer: Tokenizer, scorer: Reranker | None,
                  config: Config, *, terms: TermsFn | None = None,
-                 term_weights: WeightsFn | None = None) -> ContextPlan:
+                 term_weights: WeightsFn | None = None, previous_answer: str = "") -> ContextPlan:
     """Rerank ``items`` for ``question`` (cutoff, MMR, top_n), then score their sentences. ``terms`` and
-    ``term_weights``: the index's analyzer and idf (default: BM25 defaults, idf over the candidates)."""
+    ``term_weights``: the index's analyzer and idf (default: BM25 defaults, idf over the candidates);
+    ``previous_answer``: the conversation's last answer, whose next sentence is likely asked about."""
     scorer = scorer if question else None
     t0 = time.perf_counter()
     ranked = rerank(question, items, scorer, config.rerank)
     t1 = time.perf_counter()
     plan = SentencePlan.build(question, ranked.kept, tokenizer, scorer, config.trim, terms=terms,
-                              term_weights=term_weights)
+                              term_weights=term_weights, previous_answer=previous_answer)
     t2 = time.perf_counter()
     return ContextPlan(ranked, plan, config, tokenizer, (t1 - t0) * 1000, (t2 - t1) * 1000)

@@ -22,7 +22,7 @@ from ..retrieval.rerank import Reranker
 from ..kernels.sentences import split_sentences
 from ..kernels.tokens import Tokenizer
 from ..types import Scored
-from .evidence import (TermsFn, WeightsFn, bare_title, default_terms, gap_limit, minmax,
+from .evidence import (TermsFn, WeightsFn, bare_title, default_terms, dialog_flow, gap_limit, minmax,
                        opens_with_reference, question_share, question_weights, retrieval_ranks)
 
 GAP = " … "
@@ -58,17 +58,20 @@ class SentencePlan:
     lexical: list[list[float]] = field(default_factory=list)  # share of the question's term weight held
     query_weights: dict[str, float] = field(default_factory=dict)  # question term → idf
     question: str = ""
+    flow: list[tuple[int, int]] = field(default_factory=list)  # (chunk, sentence) after the last answer's
 
     @classmethod
     def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
               scorer: Reranker | None, cfg: TrimConfig, *, terms: TermsFn | None = None,
-              term_weights: WeightsFn | None = None) -> "SentencePlan":
+              term_weights: WeightsFn | None = None, previous_answer: str = "") -> "SentencePlan":
         """Split and score every sentence of ``items`` (best-first candidates).
 
         A sentence's evidence score adds three signals: its cosine with the question (``scorer``; without
         one, its chunk's min-max scaled score stands in), the share of the question's term weight it holds
         (``terms`` analyses text into index terms; ``term_weights`` gives each term its idf, by default
-        computed over the candidates themselves) and a prior for the rank of its chunk in retrieval order.
+        computed over the candidates themselves) and a prior for the rank of its chunk in retrieval order. In a
+        conversation (``previous_answer``: the last assistant turn) the sentence that follows the one the answer
+        came from gains ``cfg.dialog_flow`` (see :func:`~.evidence.dialog_flow`).
         """
         items = list(items)
         sents = [split_sentences(_text_of(s)) for s in items]
@@ -94,9 +97,13 @@ class SentencePlan:
             scores.append([cfg.sentence_weight * dense[k + j] + cfg.lexical_weight * lex[k + j] + prior
                            for j in range(len(ss))])
             k += len(ss)
+        flow = (dialog_flow(previous_answer, term_sets, terms, cfg.dialog_flow_match)
+                if cfg.dialog_flow > 0 and previous_answer else [])
+        for ci, j in flow:
+            scores[ci][j] += cfg.dialog_flow
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
-                   term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query)
+                   term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query, flow=flow)
 
     def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
              overhead_per_chunk: int = 0) -> TrimResult:
@@ -190,6 +197,11 @@ class SentencePlan:
                 primaries += 1
         if stop == "exhausted" and skipped:
             stop, note = "budget", f"budget full: {skipped} relevant sentences did not fit in {budget} tokens"
+        flowed = [self.items[ci].chunk.title or self.items[ci].chunk.doc_id for ci, j in self.flow
+                  if j in chosen.get(ci, {})]
+        if flowed:
+            note = (note + "; " if note else "") + "dialog flow: the sentence after the last answer's in " + \
+                ", ".join(repr(t) for t in flowed)
         # Bridge (multi-hop): a document the evidence names by title (where the first hop leads) comes along.
         if cfg.bridge > 0 and chosen:
             added = self._bridge(chosen, cfg.bridge, cfg.bridge_sentences, add)

@@ -132,6 +132,12 @@ class TrimConfig(_Section):
     parent_share: float = Field(0.0, ge=0, le=1)
     # when the best sentence holds less than this share of the question's term weight, its whole chunk goes in
     parent_confidence: float = Field(0.9, ge=0, le=1)
+    # a conversation about a document moves forward through it: the sentence after the one the last answer
+    # came from (its terms overlap the answer's last sentence by at least dialog_flow_match, Jaccard) gains
+    # this much evidence score (0 turns this off; only requests whose history holds an answer)
+    dialog_flow: float = Field(1.0, ge=0, le=4)
+    # the least term overlap (Jaccard) for a sentence to count as the one the last answer came from
+    dialog_flow_match: float = Field(0.5, gt=0, le=1)
     # a sentence whose terms overlap a kept one's this much (Jaccard) is a near-duplicate and left out
     duplicate_similarity: float = Field(0.8, ge=0, le=1)
     # latest conversation turns kept verbatim; older ones are compressed

@@ -90,11 +90,12 @@ def evaluate_followups(path: str | Path, cfg: Config, embedder: Embedder, rerank
         for i, q in enumerate(questions):
             c = condense(q["raw"], q["history"])
             changed += c.changed
+            last = next((m.content for m in reversed(q["history"]) if m.role == "assistant"), "")
             for kind, text in (("raw", q["raw"]), ("condensed", c.query), ("gold", q["gold"])):
                 found = retriever.retrieve(text, k=max(k, n_cand))
                 stats[kind]["recall"].append(any(contains_answer(s.chunk.text, q["answers"]) for s in found[:k]))
                 plan = plan_context(text, found[:n_cand], tok, reranker, cfg, terms=index.sparse.analyzer.terms,
-                                    term_weights=index.sparse.idf)
+                                    term_weights=index.sparse.idf, previous_answer=last)
                 ctx = SEP.join(s.chunk.text for s in plan.pack(budget).kept)
                 stats[kind]["aic"].append(contains_answer(ctx, q["answers"]))
                 stats[kind]["tokens"].append(tok.count(ctx))

@@ -129,7 +129,9 @@ class ContextBuilder:
         rs.budget = alloc.retrieved
         items = self._clean(retrieved, rs.notes, rs.dropped)
         timings["budget"] = (time.perf_counter() - t_budget) * 1000
-        fit = plan_context(question, items, self.tokenizer, scorer, cfg, terms=terms, term_weights=term_weights)
+        last_answer = next((m.content for m in reversed(hist_full.messages) if m.role == "assistant"), "")
+        fit = plan_context(question, items, self.tokenizer, scorer, cfg, terms=terms, term_weights=term_weights,
+                           previous_answer=last_answer)
         ranked = fit.ranked
         timings["rerank"] = fit.rerank_ms
         rs.dropped.extend(ranked.dropped)
