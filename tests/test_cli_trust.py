@@ -112,6 +112,20 @@ def test_bench_outputs_go_into_a_folder_that_does_not_exist_yet(tmp_path: Path,
     assert len(out.read_text(encoding="utf-8").splitlines()) == 5
 
 
+def test_readme_commands_write_only_to_ignored_places() -> None:
+    # the walk-through's "done when": after the README's commands `git status` shows no stray file
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    outputs = re.findall(r"ragbudget (?:bench|eval)[^\n]*?--(?:out|plot|json) ([^\s\]]+)", readme)
+    outputs += re.findall(r"ragbudget batch \S+ (\S+)", readme)
+    assert len(outputs) >= 3, outputs
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").split()
+    assert "scratch/" in ignored
+    stray = [o for o in outputs if not o.startswith(("scratch/", "/tmp/"))]
+    assert not stray, f"README commands write into the checkout outside scratch/: {stray}"
+
+
 @pytest.mark.parametrize("command", ["replay", "compare"])
 def test_bench_report_path_that_cannot_be_written_fails_before_the_run(tmp_path: Path, command: str) -> None:
     traffic = _traffic(tmp_path / "t.jsonl", 5)
