@@ -102,6 +102,44 @@ def test_bench_replay_without_the_index_fails_naming_it(tmp_path: Path) -> None:
     assert "'nosuch', which does not exist" in out.stderr and "ragbudget ingest" in out.stderr
 
 
+def test_bench_outputs_go_into_a_folder_that_does_not_exist_yet(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    questions = tmp_path / "questions.txt"
+    questions.write_text("How does lift grow?\nWhat slows supersonic flow?\n", encoding="utf-8")
+    out = tmp_path / "scratch" / "deeper" / "traffic.jsonl"  # as the README writes it: scratch/traffic.jsonl
+    rc = cli_main(["bench", "traffic", str(questions), "--out", str(out), "--n", "5"])
+    assert rc == 0, capsys.readouterr().err
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 5
+
+
+def test_readme_commands_write_only_to_ignored_places() -> None:
+    # the walk-through's "done when": after the README's commands `git status` shows no stray file
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    outputs = re.findall(r"ragbudget (?:bench|eval)[^\n]*?--(?:out|plot|json) ([^\s\]]+)", readme)
+    outputs += re.findall(r"ragbudget batch \S+ (\S+)", readme)
+    assert len(outputs) >= 3, outputs
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").split()
+    assert "scratch/" in ignored
+    stray = [o for o in outputs if not o.startswith(("scratch/", "/tmp/"))]
+    assert not stray, f"README commands write into the checkout outside scratch/: {stray}"
+
+
+@pytest.mark.parametrize("command", ["replay", "compare"])
+def test_bench_report_path_that_cannot_be_written_fails_before_the_run(tmp_path: Path, command: str) -> None:
+    traffic = _traffic(tmp_path / "t.jsonl", 5)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")  # a folder cannot be made under a file
+    args = (["bench", "replay", str(traffic)] if command == "replay" else
+            ["bench", "compare", "configs/default.yaml", "configs/compare_budget_off.yaml", "--traffic", str(traffic)])
+    got, err = _run_reporting_models(*args, "--json", str(blocker / "out.json"),
+                                     env={"RAGBUDGET_INDEX__DIR": str(tmp_path / "none")})
+    assert got["rc"] == 1, err
+    assert "--json" in err and str(blocker / "out.json") in err and "Traceback" not in err
+    assert got["models"] == []  # refused before any model loaded or any request ran
+
+
 @pytest.fixture(scope="module")
 def tiny_rag(tmp_path_factory: pytest.TempPathFactory, embedder) -> RAG:
     work = tmp_path_factory.mktemp("trust")

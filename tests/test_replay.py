@@ -14,7 +14,8 @@ import uvicorn
 
 from ragbudget.config import Config
 from ragbudget.eval.compare import RATIO_KEYS, compare_table, markdown, run_compare
-from ragbudget.eval.replay import HttpTarget, LibraryTarget, ReplayReport, plot, replay, rich_table
+from ragbudget.eval.replay import (SUMMARY_ROWS, HttpTarget, LibraryTarget, ReplayReport, RequestResult, plot, replay,
+                                   rich_table, summarize)
 from ragbudget.eval.traffic import generate, load_questions, parse_lines
 from ragbudget.pipeline import RAG
 from ragbudget.service.app import create_app
@@ -75,6 +76,18 @@ def test_replay_library(rag: RAG, traffic, tmp_path: Path) -> None:
     data = json.loads(report.to_json())
     assert data["summary"]["ok"] == s["ok"] and len(data["requests"]) == len(traffic)
     assert rich_table(s).row_count > 10
+
+
+def test_overhead_row_says_it_covers_fresh_answers_only() -> None:
+    # the e2e row covers every request, cache hits included; overhead only the answers generated fresh, so a
+    # replay with many hits prints an overhead above its end-to-end P50 — the label must say which requests
+    hit = RequestResult(id="a", kind="repeat", e2e_ms=1.0, total_ms=1.0, cache_layer="exact")
+    fresh = RequestResult(id="b", kind="fresh", e2e_ms=100.0, total_ms=100.0, stages={"generate": 10.0})
+    s = summarize([hit, hit, fresh], wall_s=1.0)
+    assert s["overhead_p50_ms"] == 90.0 and s["e2e_p50_ms"] == 1.0
+    rows = {label: fn(s) for label, fn in SUMMARY_ROWS}
+    (label,) = [k for k in rows if k.startswith("overhead")]
+    assert "answered-fresh" in label and rows[label] == "90.0 / 90.0"
 
 
 def test_replay_bounds(rag: RAG) -> None:

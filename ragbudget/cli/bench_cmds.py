@@ -20,7 +20,7 @@ from rich.table import Table
 from ..config import Config, load_config
 from ..errors import ConfigError
 from .moved import add_moved
-from .output import report_failures, result_bar
+from .output import output_file, report_failures, result_bar
 
 if TYPE_CHECKING:
     from ..eval.replay import ReplayReport
@@ -91,6 +91,8 @@ def _replay(args: argparse.Namespace) -> int:
     from ..eval.traffic import load_traffic
     from ..pipeline import RAG
 
+    output_file(args.json, "--json")  # a bad output path fails now, not after the replay
+    output_file(args.plot, "--plot")
     console = Console()
     records = load_traffic(args.traffic, rate=args.rate)
     keys = {}
@@ -141,6 +143,7 @@ def _replay(args: argparse.Namespace) -> int:
 def _traffic(args: argparse.Namespace) -> int:
     from ..eval.traffic import generate, load_pairs, load_questions, save_traffic
 
+    output_file(args.out, "--out")
     pairs = load_pairs(args.pairs) if args.pairs else None
     questions = [] if pairs else load_questions(args.dataset)
     recs = generate(questions, args.n, rate=args.rate, repeat=args.repeat, paraphrase_rate=args.paraphrase,
@@ -162,6 +165,7 @@ def _compare(args: argparse.Namespace) -> int:
     from ..pipeline import RAG
     from .index_cmds import ingest_progress
 
+    output_file(args.json, "--json")  # a bad output path fails now, not after both runs
     records = load_traffic(args.traffic)
     cfgs = [load_config(args.a), load_config(args.b)]
     n = min(len(records), args.max_requests or len(records))

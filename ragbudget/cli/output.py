@@ -10,12 +10,16 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+from ..errors import ConfigError
 
 
 def err_console() -> Console:
@@ -76,10 +80,29 @@ def report_failures(summaries: Mapping[str, Mapping[str, Any]], *, failed: int, 
     return 1
 
 
+def output_file(path: str | None, option: str) -> str | None:
+    """Make ready the file a command will write its result to, before its work starts: its folder is created
+    (``--out scratch/traffic.jsonl`` needs no ``mkdir`` first), and a path that cannot be written is a
+    :class:`~ragbudget.errors.ConfigError` naming ``option`` now, not a traceback after a long run."""
+    if not path:
+        return path
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{option} {path!r} is a folder", fix=f"give {option} a file name")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"{option} {path!r}: cannot create its folder ({err.strerror or err})",
+                          fix=f"give {option} a path in a folder you can write to") from None
+    if not os.access(target.parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ConfigError(f"{option} {path!r} is not writable", fix=f"give {option} a path you can write to")
+    return path
+
+
 def fail(message: str, fix: str | None = None) -> int:
     """Print ``error: message`` (and the fix) to stderr; return exit code 1."""
     plain(err_console(), f"error: {message}" + (f"\n  fix: {fix}" if fix else ""))
     return 1
 
 
-__all__ = ["count_bar", "err_console", "fail", "plain", "report_failures", "result_bar"]
+__all__ = ["count_bar", "err_console", "fail", "output_file", "plain", "report_failures", "result_bar"]

