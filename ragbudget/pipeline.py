@@ -169,6 +169,8 @@ class RAG:
             self._cache.close()
         if isinstance(self._embedder, MicroBatcher):
             self._embedder.close()
+        if self._router is not None:
+            self._router.close()  # an answer still decoding stops before its model is freed
 
     # ------------------------------------------------------------------ indexes
     @property

@@ -124,6 +124,35 @@ def test_cancel_mid_stream_keeps_partial_and_frees_the_engine(smol: LlamaCppGene
     assert done.is_set()
 
 
+def test_close_stops_a_generation_in_flight_before_freeing_the_model(smollm2_gguf: Path) -> None:
+    """A process that gave up on an answer (a tier timeout) and shuts down: close() aborts the decode in flight
+    (llama.cpp's abort callback), waits for it, then frees the model, so no thread decodes with a freed model
+    (the segfault at exit). The interrupted request gets a clear error; a later one loads the model again."""
+    from ragbudget.errors import GenerationError
+    g = LlamaCppGenerator(str(smollm2_gguf), n_ctx=2048, n_threads=1)
+    g.load()
+    paragraphs = [r["text"] for r in _squad_records(8)]
+    outcome: list[BaseException | str] = []
+
+    def ask() -> None:
+        try:
+            outcome.append(g.generate(_rag_prompt("Summarise every document in detail.", paragraphs),
+                                      max_tokens=400).text)
+        except BaseException as err:  # noqa: BLE001 - the test reads it
+            outcome.append(err)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    while not g._lock.locked() and t.is_alive():
+        t.join(timeout=0.01)
+    g.close(timeout_s=60)
+    t.join(timeout=60)
+    assert not t.is_alive() and g._llm is None
+    assert len(outcome) == 1 and isinstance(outcome[0], GenerationError) and "closed" in str(outcome[0])
+    assert g.generate(make_prompt([("user", "Say hi")]), max_tokens=4).usage.completion_tokens > 0
+    g.close()
+
+
 def test_shared_static_prefix_is_served_from_the_kv_cache(smol: LlamaCppGenerator) -> None:
     recs = _squad_records(3)
     smol.reset()

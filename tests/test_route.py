@@ -128,6 +128,17 @@ def test_first_token_timeout_falls_back_without_hanging() -> None:
     assert out.decision.tier == "large" and "first-token timeout" in out.decision.errors[0]
 
 
+def test_a_total_limit_shorter_than_the_first_token_limit_is_named_as_such() -> None:
+    """timeout_s 0.3 with first_token_timeout_s 60: the total limit ran out, and the error says so (it used to
+    report a 60 s first-token timeout after 0.3 s)."""
+    c = LLMConfig(tiers=[TierConfig(name="small", backend="scripted", model="s", first_token_timeout_s=60,
+                                    timeout_s=0.3),
+                         TierConfig(name="large", backend="scripted", model="l")])
+    r = Router(c, generators={"small": ScriptedGenerator(("sleep", 3.0, GOOD)), "large": ScriptedGenerator(GOOD)})
+    out = r.generate(prompt(), question="When?", max_tokens=50, context=CTX)
+    assert out.decision.tier == "large" and "total timeout after 0.3s" in out.decision.errors[0]
+
+
 def test_partial_everywhere_is_marked_partial() -> None:
     r = Router(cfg(), generators={"small": ScriptedGenerator(("partial", "The tower")),
                                   "large": ScriptedGenerator(BackendUnavailableError("down"))})

@@ -9,7 +9,10 @@ incremental UTF-8 decoder, so a character split across tokens is emitted once, w
 at exactly ``max_tokens``.
 
 A decode failure ("llama_decode returned 1") before the first token resets the context and is retried once;
-otherwise it is a :class:`GenerationError` — the backend stays usable. Models without a usable chat template
+otherwise it is a :class:`GenerationError` — the backend stays usable. :meth:`LlamaCppGenerator.close` stops a
+generation in flight (llama.cpp's abort callback ends a decode between graph steps; the token loop checks too),
+waits for it, then frees the model: a process that gives up on a slow answer (a tier timeout) and exits no longer
+frees the model under a thread still decoding with it. Models without a usable chat template
 (a named built-in format, a custom handler) go through ``create_chat_completion``; their usage is then
 marked estimated.
 """
@@ -127,6 +130,8 @@ class LlamaCppGenerator(BaseGenerator):
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._formatter: Any = None  # the model's chat template, built on load
+        self._abort = threading.Event()  # set by close(): the decode in flight stops
+        self._abort_cb: Any = None  # the ctypes callback llama.cpp polls (kept referenced while the model lives)
 
     def load(self) -> Any:
         """Load the model (done on first use; call it to warm up)."""
@@ -157,6 +162,9 @@ class LlamaCppGenerator(BaseGenerator):
                                                   fix="check that the file is a valid GGUF and the tier's "
                                                       "llamacpp options suit it") from err
                 self._formatter = chat_formatter(llm)
+                self._abort.clear()
+                self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._abort.is_set())
+                llama_cpp.llama_set_abort_callback(llm._ctx.ctx, self._abort_cb, None)
                 self._llm = llm
         return self._llm
 
@@ -164,6 +172,25 @@ class LlamaCppGenerator(BaseGenerator):
         """Prompt tokens exactly as llama.cpp will evaluate them (see :func:`render_prompt`)."""
         llm = self.load()
         return count_llama_prompt(llm, prompt, chat=self.chat, formatter=self._formatter)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the generation in flight (if any), wait up to ``timeout_s`` for it to let go of the model, and free
+        the model. A later request loads it again."""
+        if self._llm is None:
+            return
+        self._abort.set()
+        got = self._lock.acquire(timeout=timeout_s)
+        try:
+            if not got:
+                log.warning("llamacpp tier %s: a generation did not stop within %.0fs; the model is left loaded",
+                            self.model, timeout_s)
+                return
+            llm, self._llm = self._llm, None
+            if llm is not None:
+                llm.close()
+        finally:
+            if got:
+                self._lock.release()
 
     def reset(self) -> None:
         """Forget the evaluated tokens (the next prompt is evaluated in full)."""
@@ -201,6 +228,9 @@ class LlamaCppGenerator(BaseGenerator):
                 except (RuntimeError, ValueError) as err:
                     msg = str(err)
                     llm.reset()
+                    if self._abort.is_set():
+                        raise GenerationError("llamacpp: the generator was closed mid-request",
+                                              fix="the application is shutting down; retry on a running one") from err
                     if emitted:
                         raise PartialGenerationError(f"llamacpp decode failed mid-answer: {msg}",
                                                      fix="the context was reset; retry the request") from err
@@ -229,6 +259,9 @@ class LlamaCppGenerator(BaseGenerator):
         gen = llm.generate(tokens, reset=True, **sampling)
         try:
             for token in gen:
+                if self._abort.is_set():
+                    raise GenerationError("llamacpp: the generator was closed mid-answer",
+                                          fix="the application is shutting down; retry on a running one")
                 if llama_cpp.llama_vocab_is_eog(vocab, token):
                     state.finish_reason = "stop"
                     break

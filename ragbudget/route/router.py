@@ -31,6 +31,13 @@ class Router:
         self.generators = self.tierset.generators
         self.breakers = self.tierset.breakers
 
+    def close(self) -> None:
+        """Stop and free the in-process engines (a generator with a ``close``: llama.cpp); the rest hold nothing."""
+        for gen in self.generators.values():
+            close = getattr(gen, "close", None)
+            if callable(close):
+                close()
+
     # ------------------------------------------------------------ decisions
     def difficulty(self, question: str, confidence: float | None = None) -> float:
         return self.planner.difficulty(question, confidence)

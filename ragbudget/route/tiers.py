@@ -150,8 +150,9 @@ class TierSet:
                 try:
                     kind, val = q.get(timeout=max(0.0, wait))
                 except queue.Empty:
-                    what = "total" if got_first else "first-token"
-                    limit = tier.timeout_s if got_first else tier.first_token_timeout_s
+                    first = not got_first and first_deadline < deadline  # which limit ran out
+                    what = "first-token" if first else "total"
+                    limit = tier.first_token_timeout_s if first else tier.timeout_s
                     raise GenerationTimeoutError(f"tier {tier.name!r}: {what} timeout after {limit}s",
                                                  fix="raise the tier's timeout or use a faster tier") from None
                 if kind == "err":
