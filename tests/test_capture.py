@@ -68,7 +68,9 @@ def test_capture_then_replay_every_line(cranfield_rag, service_config: Config, t
         out, png = tmp_path / "replay.json", tmp_path / "replay.png"
         argv = ["bench", "replay", str(snap), "--url", srv.url, "--api-key", f"acme={KEYS['acme']}",
                 "--speed", "1000", "--max-in-flight", "1", "--json", str(out), "--plot", str(png)]
+        capsys.readouterr()
         assert main(argv + ["--index", "default"]) == 0
+        assert f"plot written to {png}" in capsys.readouterr().err
         report = json.loads(out.read_text())
         assert report["summary"]["sent"] == report["summary"]["ok"] == 4
         assert [r["id"] for r in report["requests"]] == [x["id"] for x in lines]

@@ -175,3 +175,13 @@ def test_an_eval_folder_ingests_its_corpus_not_its_questions(shared_data: Path, 
     (plain / "questions.jsonl").write_text(json.dumps({"_id": "x", "text": "A document about questions."}) + "\n")
     docs, _ = load_path(plain)
     assert [d.text for d in docs] == ["A document about questions."]
+
+
+def test_records_given_as_documents_or_mappings_are_counted_as_read() -> None:
+    """The HTTP ingest hands Documents to the index: its job status said records_read 0."""
+    from ragbudget.retrieval.registry import records_to_documents
+    from ragbudget.types import Document
+
+    docs, report = records_to_documents([Document(id="a", text="first record"),
+                                         {"id": "b", "text": "second record"}, Document(id="c", text="third")])
+    assert sorted(d.id for d in docs) == ["a", "b", "c"] and report.records_read == 3

@@ -20,7 +20,7 @@ from rich.table import Table
 from ..config import Config, load_config
 from ..errors import ConfigError
 from .moved import add_moved
-from .output import output_file, report_failures, result_bar
+from .output import err_console, output_file, plain, report_failures, result_bar
 
 if TYPE_CHECKING:
     from ..eval.replay import ReplayReport
@@ -136,6 +136,7 @@ def _replay(args: argparse.Namespace) -> int:
         Path(args.json).write_text(report.to_json(), encoding="utf-8")
     if args.plot:
         plot(report.results, args.plot, title=Path(args.traffic).name)
+        plain(err_console(), f"plot written to {args.plot}", soft_wrap=True)
     return report_failures({report.target: summary}, failed=len(failures(report.results)),
                            aborted=report.aborted)
 

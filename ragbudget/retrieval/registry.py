@@ -189,6 +189,7 @@ def records_to_documents(source: Iterable[Mapping[str, Any] | Document]) -> tupl
     """Documents pass through; mappings go through the JSONL loader (same validation, same report)."""
     docs: list[Document] = []
     lines: list[str] = []
+    report = LoadReport()
     for i, rec in enumerate(source):
         if isinstance(rec, Document):
             why = unsafe_reason(rec.id) or unsafe_reason(rec.text) or unsafe_reason(dict(rec.metadata))
@@ -196,12 +197,12 @@ def records_to_documents(source: Iterable[Mapping[str, Any] | Document]) -> tupl
                 raise IngestError(f"record {i} ({rec.id!r}): a value {why}; nothing was ingested",
                                   fix="remove NUL characters, unpaired surrogates, NaN and Infinity from the record")
             docs.append(rec)
+            report.records_read += 1  # the loader counts the mappings; a Document is a record read too
         elif isinstance(rec, Mapping):
             lines.append(json.dumps(dict(rec), default=str))
         else:
             raise IngestError(f"record {i} is a {type(rec).__name__}, not a mapping",
                               fix='pass records like {"id": "...", "title": "...", "text": "..."}')
-    report = LoadReport()
     if lines:
         docs += load_jsonl_bytes("\n".join(lines).encode("utf-8"), "records", report)
     docs = check_record_ids(docs)  # repeated ids: IdCollisionError listing them, never a silent replace
