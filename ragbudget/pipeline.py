@@ -163,14 +163,11 @@ class RAG:
 
     def close(self) -> None:
         self.tracer.shutdown()  # exports what is queued (bounded by telemetry.export_timeout_s)
-        if self._indexes is not None:
-            self._indexes.close()
-        if self._cache is not None:
-            self._cache.close()
+        for part in (self._indexes, self._cache, self._router):  # the router stops an answer still decoding
+            if part is not None:
+                part.close()
         if isinstance(self._embedder, MicroBatcher):
             self._embedder.close()
-        if self._router is not None:
-            self._router.close()  # an answer still decoding stops before its model is freed
 
     # ------------------------------------------------------------------ indexes
     @property
