@@ -59,6 +59,11 @@ def coerce_history(history: Sequence[Any] | None) -> list[Message]:
     return out
 
 
+def last_answer(messages: Sequence[Message]) -> str:
+    """The conversation's latest assistant turn ("" when it has none): where a follow-up picks up."""
+    return next((m.content for m in reversed(messages) if m.role == "assistant"), "")
+
+
 def message_tokens(m: Message, tokenizer: Tokenizer) -> int:
     """Tokens a message costs in the rendered history (``role: content`` plus a newline)."""
     return tokenizer.count(f"{m.role}: {m.content}") + 1

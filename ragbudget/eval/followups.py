@@ -31,6 +31,7 @@ from ..retrieval.rerank import Reranker
 from ..retrieval.search import HybridRetriever
 from ..kernels.tokens import Tokenizer
 from ..budget.fit import plan_context
+from ..budget.history import last_answer
 from ..kernels.sentences import split_sentences
 from .answers import SEP, build_index, contains_answer
 from .history_eval import as_messages, load_canard
@@ -90,7 +91,7 @@ def evaluate_followups(path: str | Path, cfg: Config, embedder: Embedder, rerank
         for i, q in enumerate(questions):
             c = condense(q["raw"], q["history"])
             changed += c.changed
-            last = next((m.content for m in reversed(q["history"]) if m.role == "assistant"), "")
+            last = last_answer(q["history"])
             for kind, text in (("raw", q["raw"]), ("condensed", c.query), ("gold", q["gold"])):
                 found = retriever.retrieve(text, k=max(k, n_cand))
                 stats[kind]["recall"].append(any(contains_answer(s.chunk.text, q["answers"]) for s in found[:k]))

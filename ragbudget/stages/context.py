@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 from ..budget.allocate import SECTIONS, allocate, lend, section_limit
 from ..config import Config
 from ..errors import BudgetConfigError, BudgetError, QueryError
-from ..budget.history import Summarize, coerce_history, fit_history
+from ..budget.history import Summarize, coerce_history, fit_history, last_answer
 from ..retrieval.registry import LoadedIndex
 from .prompt import PrefixMonitor, build_prompt, doc_header, prefix_parts, static_prefix
 from ..retrieval.rerank import Reranker
@@ -129,9 +129,8 @@ class ContextBuilder:
         rs.budget = alloc.retrieved
         items = self._clean(retrieved, rs.notes, rs.dropped)
         timings["budget"] = (time.perf_counter() - t_budget) * 1000
-        last_answer = next((m.content for m in reversed(hist_full.messages) if m.role == "assistant"), "")
         fit = plan_context(question, items, self.tokenizer, scorer, cfg, terms=terms, term_weights=term_weights,
-                           previous_answer=last_answer)
+                           previous_answer=last_answer(hist_full.messages))
         ranked = fit.ranked
         timings["rerank"] = fit.rerank_ms
         rs.dropped.extend(ranked.dropped)
