@@ -223,3 +223,29 @@ def test_a_follow_up_goes_on_from_where_the_last_answer_came_from(scorer):
     # an answer that no candidate sentence resembles leads nowhere
     unrelated = SentencePlan.build(question, doc, TOK, scorer, cfg, previous_answer="Bananas are berries.")
     assert unrelated.flow == []
+
+
+def test_a_title_line_the_first_sentence_repeats_is_paid_for_once(scorer):
+    """Records are indexed as ``title\\n\\ntext``. When the first sentence names the title again (qualifier
+    aside) the title line is scored with it but not sent, and the citation header does not repeat it either;
+    a first sentence that does not name the title keeps its title line (the only place the name appears)."""
+    from ragbudget.stages.prompt import render_documents
+    q = "Which component of shellite has the formula (ON)CHOH?"
+    cands = _docs([("Shellite (explosive)", "Shellite (explosive)\n\nShellite is an explosive mixture of picric "
+                    "acid and dinitrophenol. It was used in British naval shells."),
+                   ("Picric acid", "Picric acid\n\nPicric acid is an organic compound with the formula (ON)CHOH. "
+                    "Its name comes from the Greek word for bitter."),
+                   ("Warren Buffett", "Warren Buffett\n\nWarren Edward Buffett is an American investor. "
+                    "He described owner earnings in 1986.")], [0.9, 0.8, 0.1])
+    cfg = TrimConfig(sentence_window=0, parent_share=0, evidence_floor=0.0, gap_window=0, bridge=0,
+                     coverage_floor=0.0)
+    r = trim_chunks(q, cands, 400, TOK, scorer, cfg)
+    texts = {s.chunk.doc_id: s.chunk.text for s in r.kept}
+    assert texts["doc0"].startswith("Shellite is an explosive mixture")
+    assert texts["doc1"].startswith("Picric acid is an organic compound")
+    assert texts["doc2"].startswith("Warren Buffett\n\nWarren Edward Buffett")  # the title says who "Warren" is
+    sentences = sum(len(split_sentences(t)) for t in texts.values())
+    assert r.used <= sum(TOK.count(t) for t in texts.values()) + sentences  # the dropped lines are not counted
+    rendered = render_documents(r.kept)
+    assert rendered.count("Shellite") == 1 and rendered.count("Picric acid") == 1
+    assert "Shellite (explosive)" not in rendered  # "Shellite is …" names it: no "[1] Shellite (explosive)" header

@@ -35,6 +35,19 @@ def bare_title(title: str) -> str:
     return t if len(t) >= 4 else ""
 
 
+def drop_title_line(sentence: str, title: str) -> str:
+    """A record indexed as ``title\n\ntext`` whose first sentence names the title again ("Picric acid\n\nPicric
+    acid is …", "Shellite (explosive)\n\nShellite (known as …") pays for the title twice: the sentence without
+    its title line. Anything else is returned as it is."""
+    head = " ".join(str(title or "").split())
+    first, sep, rest = sentence.partition("\n")
+    name = bare_title(head)
+    if not sep or not name or " ".join(first.split()) != head:
+        return sentence
+    rest = rest.lstrip()
+    return rest if rest.lower().startswith(name) else sentence
+
+
 def gap_limit(scores: Sequence[float], cfg: TrimConfig) -> tuple[int, str]:
     """Adaptive-k over sentences: how many of the best-first ``scores`` to take, from the largest drop among
     the first ``cfg.gap_window`` (+ ``cfg.gap_buffer``), and the ledger's note for that stop."""

@@ -22,8 +22,8 @@ from ..retrieval.rerank import Reranker
 from ..kernels.sentences import split_sentences
 from ..kernels.tokens import Tokenizer
 from ..types import Scored
-from .evidence import (TermsFn, WeightsFn, bare_title, default_terms, dialog_flow, gap_limit, minmax,
-                       opens_with_reference, question_share, question_weights, retrieval_ranks)
+from .evidence import (TermsFn, WeightsFn, bare_title, default_terms, dialog_flow, drop_title_line, gap_limit,
+                       minmax, opens_with_reference, question_share, question_weights, retrieval_ranks)
 
 GAP = " … "
 MIN_TRUNCATED_TOKENS = 8  # a cut sentence shorter than this carries no meaning; skip it instead
@@ -101,6 +101,13 @@ class SentencePlan:
                 if cfg.dialog_flow > 0 and previous_answer else [])
         for ci, j in flow:
             scores[ci][j] += cfg.dialog_flow
+        for ci, (s, ss) in enumerate(zip(items, sents)):
+            # scored with its title line, sent without it when the sentence names the title again (the
+            # header's job): the title would be paid for twice
+            short = drop_title_line(ss[0], s.chunk.title) if ss else ""
+            if ss and short != ss[0]:
+                ss[0] = short
+                tokens[ci][0] = tokenizer.count(short)
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
                    term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query, flow=flow)

@@ -157,7 +157,7 @@ class PromptConfig(_Section):
     # prompt template version; part of the response-cache key (bump it to invalidate cached answers)
     version: str = "v1"
     # system message: the static start of every prompt (prefix-cache friendly)
-    system: str = "Answer from the documents only and cite them as [n]. If they do not hold the answer, say so."
+    system: str = "Answer from the documents only, citing [n]; if they lack the answer, say so."
     # extra rules appended to the system message, in order
     policies: list[str] = []
     # tool descriptions placed in the static prefix
