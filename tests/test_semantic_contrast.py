@@ -39,6 +39,11 @@ OTHER_PROBES = [
     ("Can I cancel my subscription online?", "Can I not cancel my subscription online?"),
     ("Why does my car start in the cold?", "Why doesn't my car start in the cold?"),
     ("Which countries require a visa?", "Which countries never require a visa?"),
+    # the same words asking for another answer (mined CANARD questions the lexical verifier used to serve)
+    ("what did Stuart Pearce do after relinquishing managerial duties?",
+     "why did Stuart Pearce relinquish managerial duties?"),
+    ("did Goo Goo Dolls tour?", "who did Goo Goo Dolls tour with?"),
+    ("Who did Marilyn Chambers appear in films with?", "What films did Marilyn Chambers appear in?"),
 ]
 PARAPHRASES = [
     ("How do I reset my password?", "How can I reset my password?"),
@@ -50,6 +55,9 @@ PARAPHRASES = [
      "What is the difference between an alligator and a crocodile?"),
     ("What is the best way to make sourdough bread?", "How do I make sourdough bread?"),
     ("When does the concert start?", "When does the concert begin?"),
+    ("Why do cats purr when they are happy?", "When they are happy, why do cats purr?"),
+    ("How can one apply for a library card?", "How do I apply for a library card?"),
+    ("Can you tell me where the train station is?", "Where is the train station?"),
 ]
 
 
@@ -87,6 +95,22 @@ def test_paraphrases_hit_at_default_settings(embedder, stored, asked):
 def test_verifier_names_the_evidence(stored, asked, reason):
     assert contrast.check(stored, asked) == reason
     assert guards.check(stored, asked) == reason
+
+
+def test_question_forms():
+    """What kind of answer a question asks for; two questions with the same words and no form in common are
+    different questions (a hard refusal), an embedded or clause wh-word does not make one."""
+    f = contrast.question_forms
+    assert f("did Goo Goo Dolls tour?") == {"yesno"} and f("who did Goo Goo Dolls tour with?") == {"who"}
+    assert f("How are viruses different from bacteria?") == f("Which is cheaper?") == {"what"}
+    assert f("In what year did the lawsuit occur?") == {"when"} and f("What causes hiccups?") == {"why"}
+    assert f("Do we know where the texts are kept?") == {"yesno", "where"}  # vs "Do we know the texts?"
+    assert f("When they are happy, why do cats purr?") == {"when", "why"} and f("Capital of France") == set()
+    v = guards.explain("did Goo Goo Dolls tour?", "who did Goo Goo Dolls tour with?")
+    assert v.reason == "question_form" and v.hard
+    assert guards.explain("Why do leaves change color in autumn?", "What causes leaves to change color in autumn?"
+                          ).reason != "question_form"
+    assert guards.numbers("How can one apply?") == set() and guards.numbers("Can I bring one bag?") == {"1"}
 
 
 def test_word_level_evidence():

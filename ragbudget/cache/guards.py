@@ -21,7 +21,7 @@ word-similarity callable); :func:`check` returns the first failing guard's name.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..kernels.text import GUARD_STOPWORDS, UNICODE_WORD, stem, unicode_words
@@ -50,6 +50,11 @@ class GuardSettings:
     contrast: bool = True
 
 
+# "How can one apply …", "What does one need …", "One should …": the pronoun, not a count
+_ONE_AS_PRONOUN = frozenset({"can", "could", "does", "did", "do", "should", "would", "will", "may", "might",
+                             "must", "shall", "if", "when", "where", "how", "that"})
+
+
 def _canon_number(tok: str) -> str:
     t = tok.replace(",", "")
     if re.fullmatch(r"[-+]?\d+\.\d+", t):
@@ -60,7 +65,9 @@ def _canon_number(tok: str) -> str:
 def numbers(text: str) -> frozenset[str]:
     """Numbers in ``text`` (digits and number words), canonicalised."""
     found = {_canon_number(m.group(0)) for m in _NUMBER.finditer(text)}
-    found |= {NUMBER_WORDS[w] for w in (w.casefold() for w in unicode_words(text)) if w in NUMBER_WORDS}
+    ws = [w.casefold() for w in unicode_words(text)]
+    found |= {NUMBER_WORDS[w] for i, w in enumerate(ws) if w in NUMBER_WORDS
+              and not (w == "one" and (i == 0 or ws[i - 1] in _ONE_AS_PRONOUN))}
     return frozenset(found)
 
 
@@ -140,7 +147,12 @@ def explain(stored: str, new: str, settings: GuardSettings = GuardSettings(),
         big = 1 << 30
         cs = contrast.ContrastSettings(max_unmatched=settings.max_unmatched if settings.content else big,
                                        max_unmatched_ratio=settings.max_unmatched_ratio if settings.content else 1.0)
-        return contrast.explain(stored, new, cs, similarity)
+        verdict = contrast.explain(stored, new, cs, similarity)
+        if verdict.reason is None:
+            fa, fb = contrast.question_forms(stored), contrast.question_forms(new)
+            if fa and fb and not fa & fb:  # same words, another question: "what did X do after …" / "why did X …"
+                return replace(verdict, reason="question_form", hard=True)
+        return verdict
     if settings.content:
         a, b = content_words(stored), content_words(new)
         if _side_unmatched(a, b, settings) or _side_unmatched(b, a, settings):
