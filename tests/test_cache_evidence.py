@@ -50,7 +50,7 @@ def _flags(ans, prefix: str) -> list[str]:
 
 
 def test_reworded_question_with_the_same_evidence_is_served(index_dir, embedder):
-    with _rag(index_dir, embedder) as rag:  # the defaults: lexical verifier, evidence on
+    with _rag(index_dir, embedder, verifier="lexical", threshold=0.82) as rag:  # lexical verifier, evidence on
         first = rag.query("What is the school color of Harvard?")
         assert first.cache_layer is None and first.citations
         again = rag.query("Which color represents Harvard?")
@@ -60,6 +60,16 @@ def test_reworded_question_with_the_same_evidence_is_served(index_dir, embedder)
         assert f"{cited}/{cited} cited chunks in the new top" in why and "p=" in why and "cosine" in why
         assert again.usage.total_tokens == 0 and again.ledger.saved["total_tokens"] == first.usage.total_tokens
         assert rag.retrieval_calls == [1, 1]  # one retrieval per query: the hit's was the evidence check
+
+
+def test_the_default_learned_verifier_serves_it_without_a_retrieval(index_dir, embedder):
+    with _rag(index_dir, embedder) as rag:  # the defaults: learned verifier at 0.80
+        first = rag.query("What is the school color of Harvard?")
+        again = rag.query("Which color represents Harvard?")
+        assert again.cache_layer == "semantic" and again.answer == first.answer
+        (why,) = _flags(again, "semantic_hit: served (learned over substitution")
+        assert "p=" in why and "cosine" in why
+        assert rag.retrieval_calls == [1]  # a hit before retrieval: the second query retrieved nothing
 
 
 def test_near_miss_with_different_evidence_is_generated_and_says_why(index_dir, embedder):
