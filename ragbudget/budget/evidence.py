@@ -45,7 +45,12 @@ def drop_title_line(sentence: str, title: str) -> str:
     if not sep or not name or " ".join(first.split()) != head:
         return sentence
     rest = rest.lstrip()
-    return rest if rest.lower().startswith(name) else sentence
+    return rest if names_first(rest, name) else sentence
+
+
+def names_first(text: str, name: str) -> bool:
+    """Does ``text`` open with ``name`` (a :func:`bare_title`), as whole words ("Apple is …", not "Applesauce")?"""
+    return bool(name) and re.match(re.escape(name) + r"(?!\w)", text.lower()) is not None
 
 
 def gap_limit(scores: Sequence[float], cfg: TrimConfig) -> tuple[int, str]:

@@ -120,8 +120,6 @@ WH_WORDS = ("what", "which", "who", "whom", "whose", "where", "when", "why", "ho
 WH_GROUP = {"which": "what", "how": "what", "whom": "who", "whose": "who"}  # these ask alike
 AUXILIARIES = frozenset({"is", "are", "was", "were", "do", "does", "did", "can", "could", "should", "would",
                          "will", "shall", "may", "might", "must", "has", "have", "had", "am"})
-
-
 _TIME_NOUNS = frozenset({"year", "years", "date", "day", "month", "time", "century", "decade", "era", "season"})
 _CAUSE_VERBS = frozenset({"causes", "cause", "caused", "makes", "make", "made"})
 
@@ -137,9 +135,9 @@ def _form(wh: str, nxt: str) -> str:
 def question_forms(text: str) -> frozenset[str]:
     """What kinds of answer a question may ask for: the groups of its wh-words ("what" for what/which/how:
     "How are X and Y different?" asks what "What is the difference between X and Y?" asks; "when" for
-    "what year", "which date" …; "why" for "what causes/makes"; "who", "where"), plus "yesno" when it opens with an auxiliary
-    ("Did …", "Can you tell me where …"); empty when not question-shaped. Two questions with the same words
-    but no form in common ask different things ("did X tour?" / "who did X tour with?")."""
+    "what year", "which date" …; "why" for "what causes/makes"; "who", "where"), plus "yesno" when it opens
+    with an auxiliary ("Did …", "Do we know where …"); empty when not question-shaped. Two questions with
+    the same words but no form in common ask different things ("did X tour?" / "who did X tour with?")."""
     toks = contrast_tokens(strip_fillers(text))
     wh = frozenset(_form(t, nxt) for t, nxt in zip(toks, [*toks[1:], ""]) if t in WH_WORDS)
     return wh | {"yesno"} if toks and toks[0] in AUXILIARIES else wh

@@ -16,7 +16,7 @@ import threading
 from pathlib import PurePath
 from typing import Literal, Sequence
 
-from ..budget.evidence import bare_title
+from ..budget.evidence import bare_title, names_first
 from ..config import Config, PromptConfig
 from ..errors import ConfigError
 from ..kernels.tokens import Tokenizer
@@ -103,7 +103,7 @@ def doc_header(n: int, s: Scored) -> str:
     twice; "Shellite (known as …" names "Shellite (explosive)")."""
     name = s.chunk.title.strip()
     opening = s.chunk.text.lstrip()
-    if name and (opening.startswith(name) or (bare_title(name) and opening.lower().startswith(bare_title(name)))):
+    if name and (opening.startswith(name) or names_first(opening, bare_title(name))):
         return f"[{n}]"
     if not name:
         base = PurePath(s.chunk.source.split("#", 1)[0].replace("\\", "/")).name
