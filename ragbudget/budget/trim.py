@@ -105,9 +105,8 @@ class SentencePlan:
             # scored with its title line, sent without it when the sentence names the title again (the
             # header's job): the title would be paid for twice
             short = drop_title_line(ss[0], s.chunk.title) if ss else ""
-            if ss and short != ss[0]:
-                ss[0] = short
-                tokens[ci][0] = tokenizer.count(short)
+            if short and short != ss[0]:
+                ss[0], tokens[ci][0] = short, tokenizer.count(short)
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
                    term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query, flow=flow)

@@ -28,17 +28,13 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..kernels.text import contrast_tokens
-from .contrast import Verdict, strip_fillers
+from .contrast import AUXILIARIES as _AUX, WH_WORDS as _WH, Verdict, strip_fillers
 
 MODEL_PATH = Path(__file__).with_name("data") / "verifier.json"
-_WH = ("what", "which", "who", "whom", "whose", "where", "when", "why", "how")
-
-_AUX = frozenset({"is", "are", "was", "were", "do", "does", "did", "can", "could", "should", "would", "will",
-                  "shall", "may", "might", "must", "has", "have", "had", "am"})
-
 FEATURES = ("cosine", "left_total", "left_max", "left_min", "unmatched_share", "one_sided", "jaccard",
             "n_min", "n_max", "substitution", "contrast", "content", "cos_x_share", "same_wh",
             "questions", "len_ratio", "words_max", "cos_x_questions", "wh_conflict", "yesno_vs_wh")
+# the model's features were fit with "how" a group of its own (contrast.WH_GROUP joins it to "what")
 _WH_GROUP = {"which": "what", "whom": "who", "whose": "who"}  # "what" / "which" ask alike
 
 
