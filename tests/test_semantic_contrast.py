@@ -44,6 +44,10 @@ OTHER_PROBES = [
      "why did Stuart Pearce relinquish managerial duties?"),
     ("did Goo Goo Dolls tour?", "who did Goo Goo Dolls tour with?"),
     ("Who did Marilyn Chambers appear in films with?", "What films did Marilyn Chambers appear in?"),
+    # comparatives whose form is also a noun or verb ("lower", "closer"): "closer"/"farther" used to be served
+    ("Which is closer to the sun, Mars or Earth?", "Which is farther from the sun, Mars or Earth?"),
+    ("Which bank offers the highest interest rate?", "Which bank offers the lowest interest rate?"),
+    ("Which planet is larger, Mars or Venus?", "Which planet is smaller, Mars or Venus?"),
 ]
 PARAPHRASES = [
     ("How do I reset my password?", "How can I reset my password?"),
@@ -118,6 +122,9 @@ def test_word_level_evidence():
     assert contrast.contrast_between(w("cheapest"), w("cheap")) == "degree"
     assert contrast.contrast_between(w("celsius"), w("fahrenheit")) == "temperature"
     assert contrast.contrast_between(w("won"), w("lost")) == "antonym"
+    assert contrast.contrast_between(w("highest"), w("lowest")) == "antonym"
+    assert contrast.contrast_between(w("larger"), w("large")) == "degree"
+    assert w("closer").degree == "er" and w("farthest").base == "far"
     assert contrast.contrast_between(w("unavailable"), w("available")) == "antonym"
     assert contrast.synonymous(w("purchase"), w("buy")) and not contrast.synonymous(w("buy"), w("sell"))
 

@@ -82,7 +82,7 @@ def lexicon() -> Lexicon:
             for w in group:
                 for k in {w, stem(w)}:
                     classes.setdefault(k, []).append((name, gid))
-    degree = {k: (v[0], v[1]) for k, v in wn["degree"].items()}
+    degree = {**{k: (v[0], v[1]) for k, v in wn["degree"].items()}, **hand.DEGREE_FORMS}
     return Lexicon(antonyms=antonyms, polar=polar, synonyms={k: frozenset(v) for k, v in synonyms.items()},
                    classes={k: tuple(dict.fromkeys(v)) for k, v in classes.items()},
                    exceptions=dict(wn["exceptions"]), degree=degree)

@@ -96,7 +96,7 @@ install/uninstall installing/uninstalling encrypt/decrypt encryption/decryption 
 compress/decompress zip/unzip mount/unmount subscribe/unsubscribe follow/unfollow like/dislike
 lock/unlock connect/disconnect enable/disable enabled/disabled activate/deactivate on/off in/out
 into/out up/down upward/downward upwards/downwards upstream/downstream uphill/downhill
-upper/lower higher/lower high/low highest/lowest above/below over/under beneath/above inner/outer
+close/far near/far upper/lower higher/lower high/low highest/lowest above/below over/under beneath/above inner/outer
 inside/outside interior/exterior internal/external indoor/outdoor indoors/outdoors inbound/outbound
 incoming/outgoing input/output import/export importer/exporter imports/exports front/back
 forward/backward forwards/backwards ahead/behind top/bottom head/tail north/south east/west
@@ -179,6 +179,20 @@ SYNONYMS: list[frozenset[str]] = _groups("""
 
 # Words that make a comparative or superlative on their own ("most expensive", "less safe").
 DEGREE_MARKERS = frozenset({"more", "most", "less", "least", "fewer", "fewest", "top", "best", "worst"})
+
+# Comparatives and superlatives that WordNet's spelling rules drop because the form is also a noun or a
+# verb ("lower", "closer", "later") or irregular ("farther"): without them "highest" / "lowest" was an
+# unexplained substitution instead of a contrast.
+DEGREE_FORMS = {
+    **{w: (w[:-2] if not w.endswith("ier") else w[:-3] + "y", "er") for w in (
+        "lower", "higher", "longer", "older", "lighter", "warmer", "cooler", "cleaner", "fuller", "sharper",
+        "steeper", "smoother", "fresher", "wilder", "smaller", "greater", "drier")},
+    **{w: (w[:-3], "est") for w in ("lowest", "greatest", "fewest")},
+    "larger": ("large", "er"), "later": ("late", "er"), "latest": ("late", "est"), "closer": ("close", "er"),
+    "finer": ("fine", "er"), "thinner": ("thin", "er"), "wetter": ("wet", "er"), "flatter": ("flat", "er"),
+    "fewer": ("few", "er"), "farther": ("far", "er"), "farthest": ("far", "est"), "furthest": ("far", "est"),
+    "elder": ("old", "er"), "eldest": ("old", "est"),
+}
 
 # Ways of asking that do not change the question; removed before the difference is taken.
 FILLERS = [re.compile(p) for p in (
