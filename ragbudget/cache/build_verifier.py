@@ -1,6 +1,6 @@
 """Build ``data/verifier.json``, the learned near-miss verifier (:mod:`~ragbudget.cache.verifier`).
 
-    python -m ragbudget.cache.build_verifier --floor 0.76 --margin 0.5 --margin-questions 1.5 \\
+    python -m ragbudget.cache.build_verifier --floor 0.80 --margin 0.5 --margin-questions 1.0 \\
         --pairs tests/data/question_pairs.tsv:3 --pairs tests/data/question_pairs_extra.tsv:3 \\
         --pairs tests/data/near_miss_pairs.tsv:2 --pairs /tmp/mined.tsv:0.3:free \\
         --pairs ../shared/data/eval/mrpc_train.tsv:0.3
@@ -58,7 +58,7 @@ def _fit(xs: list[np.ndarray], ys: list[float], ws: list[float], l2: float) -> v
 
 
 def build(sets: list[tuple[Path, float, bool]], floor: float, max_false: float, l2: float = 1.0,
-          folds: int = 5, margin: float = 0.5, margin_questions: float = 1.5) -> dict:
+          folds: int = 5, margin: float = 0.5, margin_questions: float = 1.0) -> dict:
     emb = SentenceTransformerEmbedder(EmbeddingConfig(cache=False))
     gs = guards.GuardSettings()
     scored: list[tuple[int, int, bool, np.ndarray | None, float]] = []  # (set, label, lexical_ok, features, weight)
@@ -139,9 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-false", type=float, default=0.01)
     ap.add_argument("--margin", type=float, default=0.5,
                     help="the bar for other sentences keeps added false hits under margin × max-false")
-    ap.add_argument("--margin-questions", type=float, default=1.5,
-                    help="the same for question pairs (their pooled negatives are ~200: 1.5%% is three pairs; "
-                         "at 1%% one tune pair moves the bar by 0.1)")
+    ap.add_argument("--margin-questions", type=float, default=1.0,
+                    help="the same for question pairs (their pooled negatives are ~200: 1%% is two pairs)")
     ap.add_argument("--out", default=str(verifier.MODEL_PATH))
     args = ap.parse_args(argv)
     model = build(args.pairs, args.floor, args.max_false, margin=args.margin,

@@ -7,14 +7,12 @@ substituted without a known synonym ("lose weight quickly" / "fastest way to los
 modifier, extra content words. Most real duplicate questions land there, so a cache that refuses all of
 them answers one duplicate in five. This module scores a soft refusal with a logistic model over
 :data:`FEATURES` (the cosine of the two question embeddings, the verdict's word counts, overlap, length,
-whether both are questions, the question words, a wh-word or yes/no mismatch, and whether two questions
-name an entity: about a named person or work, another predicate asks for another fact — "Where did X grow
-up?" / "Where was X born?" — where a how-to question's reworded verb rarely does) and accepts it when the
+whether both are questions, the question words and a wh-word or yes/no mismatch) and accepts it when the
 probability reaches the model's bar (one for question pairs, a higher one for other sentences).
 
 The model ships as ``data/verifier.json`` (weights, feature scaling, threshold and the data it was fit
 on); :mod:`~ragbudget.cache.build_verifier` builds it deterministically from labelled pairs. Scoring is a
-dot product of 21 numbers: microseconds.
+dot product of 20 numbers: microseconds.
 """
 
 from __future__ import annotations
@@ -31,13 +29,11 @@ import numpy as np
 from ..errors import ConfigError
 from ..kernels.text import contrast_tokens
 from .contrast import AUXILIARIES as _AUX, WH_WORDS as _WH, Verdict, strip_fillers
-from .guards import entities
 
 MODEL_PATH = Path(__file__).with_name("data") / "verifier.json"
 FEATURES = ("cosine", "left_total", "left_max", "left_min", "unmatched_share", "one_sided", "jaccard",
             "n_min", "n_max", "substitution", "contrast", "content", "cos_x_share", "same_wh",
-            "questions", "len_ratio", "words_max", "cos_x_questions", "wh_conflict", "yesno_vs_wh",
-            "entity_question")
+            "questions", "len_ratio", "words_max", "cos_x_questions", "wh_conflict", "yesno_vs_wh")
 # the model's features were fit with "how" a group of its own (contrast.WH_GROUP joins it to "what")
 _WH_GROUP = {"which": "what", "whom": "who", "whose": "who"}  # "what" / "which" ask alike
 
@@ -74,8 +70,7 @@ def features(stored: str, new: str, cosine: float, verdict: Verdict) -> np.ndarr
                      v.reason == "contrast", v.reason == "content", cosine * share,
                      float(wa == wb or not wa or not wb), questions, min(v.n_a, v.n_b) / max(v.n_a, v.n_b, 1),
                      max(len(stored.split()), len(new.split())), cosine * questions,
-                     float(bool(ga and gb and ga != gb)), float(yesno_a != yesno_b),
-                     questions * float(bool(entities(stored) or entities(new)))], dtype=np.float64)
+                     float(bool(ga and gb and ga != gb)), float(yesno_a != yesno_b)], dtype=np.float64)
 
 
 @dataclass(frozen=True)
