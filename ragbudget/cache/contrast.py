@@ -170,7 +170,9 @@ def contrast_between(a: Word, b: Word) -> str | None:
     ka, kb = a.key.split("+")[0], b.key.split("+")[0]
     if ka == kb:
         return "degree" if a.degree != b.degree else None
-    if frozenset((ka, kb)) in lex.antonyms or _affix_pair(a.base, b.base) or _affix_pair(a.text, b.text):
+    # the surface stem too: "lower" is the degree form of "low" and the verb that "raise" opposes
+    if any(frozenset((x, y)) in lex.antonyms for x in {ka, stem(a.text)} for y in {kb, stem(b.text)}) \
+            or _affix_pair(a.base, b.base) or _affix_pair(a.text, b.text):
         return "antonym"
     ca, cb = dict(_classes_of(a)), dict(_classes_of(b))
     for name in ca.keys() & cb.keys():

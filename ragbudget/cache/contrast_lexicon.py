@@ -107,7 +107,7 @@ lending/borrowing buy/sell buyer/seller buying/selling purchase/sell bought/sold
 employer/employee boss/employee teacher/student landlord/tenant host/guest parent/child
 doctor/patient winner/loser win/lose victory/defeat won/lost gain/loss profit/loss income/expense
 income/expenditure revenue/cost credit/debit deposit/withdraw deposit/withdrawal asset/liability
-surplus/deficit export/import increase/decrease increase/reduce raise/lower raise/cut rise/fall
+surplus/deficit export/import increase/decrease increase/reduce raise/lower increase/lower raise/cut rise/fall
 rise/drop grow/shrink growth/decline expand/contract expansion/contraction inflate/deflate
 inflation/deflation accelerate/decelerate speed/slow heat/cool heating/cooling warm/cool
 warmer/cooler hotter/colder freeze/thaw freeze/melt charge/discharge charging/discharging
