@@ -184,12 +184,12 @@ DEGREE_MARKERS = frozenset({"more", "most", "less", "least", "fewer", "fewest", 
 # verb ("lower", "closer", "later") or irregular ("farther"): without them "highest" / "lowest" was an
 # unexplained substitution instead of a contrast.
 DEGREE_FORMS = {
-    **{w: (w[:-2] if not w.endswith("ier") else w[:-3] + "y", "er") for w in (
+    **{w: (w[:-2], "er") for w in (
         "lower", "higher", "longer", "older", "lighter", "warmer", "cooler", "cleaner", "fuller", "sharper",
-        "steeper", "smoother", "fresher", "wilder", "smaller", "greater", "drier")},
+        "steeper", "smoother", "fresher", "wilder", "smaller", "greater")},
     **{w: (w[:-3], "est") for w in ("lowest", "greatest", "fewest")},
     "larger": ("large", "er"), "later": ("late", "er"), "latest": ("late", "est"), "closer": ("close", "er"),
-    "finer": ("fine", "er"), "thinner": ("thin", "er"), "wetter": ("wet", "er"), "flatter": ("flat", "er"),
+    "finer": ("fine", "er"), "thinner": ("thin", "er"), "wetter": ("wet", "er"), "flatter": ("flat", "er"), "drier": ("dry", "er"),
     "fewer": ("few", "er"), "farther": ("far", "er"), "farthest": ("far", "est"), "furthest": ("far", "est"),
     "elder": ("old", "er"), "eldest": ("old", "est"),
 }
