@@ -218,6 +218,11 @@ def run_set(name: str, data: Path, work: Path, emb: SentenceTransformerEmbedder,
     out: dict[str, Any] = {"questions": len(qs), "ragbudget": summarize(main_rows)}
     if len(ours) > 1 or not baseline:
         out["variants"] = {v: summarize(rows) for v, rows in ours.items()}
+    # every question's answers, for reading what flipped between two runs (the JSON only, not the table)
+    out["answers"] = [{"q": q["text"], "gold": q["answers"][:3],
+                       **{v: {k: rows[i][k] for k in ("answer", "correct", "prompt_tokens")} for v, rows in ours.items()},
+                       **({"llamaindex": {k: base[i][k] for k in ("answer", "correct", "prompt_tokens")}}
+                          if baseline else {})} for i, q in enumerate(qs)]
     if baseline:
         out["llamaindex"] = summarize(base)
         out["sign_test"] = _sign(main_rows, base)
@@ -328,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{name} done: {json.dumps({k: v for k, v in out['sets'][name].items() if k != 'samples'})}")
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1), encoding="utf-8")
     if args.no_baseline:
         for name, r in out["sets"].items():
             for vname, m in r["variants"].items():
@@ -336,8 +343,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     table = markdown(out)
     print(table)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1), encoding="utf-8")
     if args.write:
         cmd = ".venv/bin/python benchmarks/real_headline.py " + " ".join(argv if argv is not None else sys.argv[1:])
         write_section(Path(args.write), table, cmd.strip(), out)

@@ -195,6 +195,37 @@ def test_the_score_gap_ends_the_evidence(scorer):
     assert gap.stop == "evidence" and "score gap" in gap.stop_note
 
 
+def test_a_sentence_past_the_gap_must_bring_what_the_question_still_lacks(scorer):
+    """The gap buffer is for the other half of a two-part question. With ``buffer_novelty`` a sentence past
+    the score gap that holds no question term the context lacks ("Maxeda is owned by investors …" repeats
+    the first hop) is skipped, and within ``buffer_reach`` the next one that does (where KKR is
+    headquartered) is taken instead. Scores are set by hand so the gap falls after the first sentence."""
+    from ragbudget.budget.trim import SentencePlan
+    q = "Which firm owns Maxeda, and where is that firm headquartered?"
+    docs = _docs([("Maxeda", "Since 2004 Maxeda is owned by Kohlberg Kravis Roberts. "
+                   "Maxeda is owned by a group of investors since 2004."),
+                  ("Kohlberg Kravis Roberts", "Kohlberg Kravis Roberts is headquartered in New York City. "
+                   "It was founded in 1976 by three bankers.")], [0.9, 0.5])
+    cfg = TrimConfig(sentence_window=0, parent_share=0, evidence_floor=0.0, coverage_floor=0.0, bridge=0,
+                     anaphora=False, gap_window=5, gap_buffer=1, buffer_novelty=0.0)
+    plan = SentencePlan.build(q, docs, TOK, scorer, cfg)
+    assert [len(s) for s in plan.sentences] == [2, 2]
+    plan.scores = [[1.0, 0.6], [0.55, 0.2]]  # the largest drop comes after the first sentence
+
+    def sent(c):
+        r = plan.pack(400, c, TOK)
+        return " ".join(s.chunk.text for s in r.kept), r
+    plain, _ = sent(cfg)
+    assert "group of investors" in plain and "New York" not in plain  # the buffer: the next sentence, whatever
+    novel, r = sent(cfg.model_copy(update={"buffer_novelty": 0.1, "buffer_reach": 2}))
+    assert "group of investors" not in novel and "New York" in novel
+    assert r.stop == "evidence" and "score gap" in r.stop_note
+    # without reach, a repeat past the gap ends the evidence there
+    alone, r0 = sent(cfg.model_copy(update={"buffer_novelty": 0.1, "buffer_reach": 0}))
+    assert "group of investors" not in alone and "New York" not in alone
+    assert "adds question terms" in r0.stop_note
+
+
 CAREER = ("Anna Pavlova trained at the Imperial Ballet School in Saint Petersburg. "
           "In 1906 she became a prima ballerina of the Mariinsky Theatre. "
           "Three years later she toured Paris with the Ballets Russes. "
@@ -228,7 +259,9 @@ def test_a_follow_up_goes_on_from_where_the_last_answer_came_from(scorer):
 def test_a_title_line_the_first_sentence_repeats_is_paid_for_once(scorer):
     """Records are indexed as ``title\\n\\ntext``. When the first sentence names the title again (qualifier
     aside) the title line is scored with it but not sent, and the citation header does not repeat it either;
-    a first sentence that does not name the title keeps its title line (the only place the name appears)."""
+    a first sentence that does not name the title keeps its title line (the only place the name appears).
+    Naming it: the phrase anywhere in the sentence ("The Memphis Hustle are …"), or every word of a title of
+    two words or more ("Warren Edward Buffett" names "Warren Buffett"); "Tomori was born …" does not."""
     from ragbudget.stages.prompt import render_documents
     q = "Which component of shellite has the formula (ON)CHOH?"
     cands = _docs([("Shellite (explosive)", "Shellite (explosive)\n\nShellite is an explosive mixture of picric "
@@ -236,16 +269,25 @@ def test_a_title_line_the_first_sentence_repeats_is_paid_for_once(scorer):
                    ("Picric acid", "Picric acid\n\nPicric acid is an organic compound with the formula (ON)CHOH. "
                     "Its name comes from the Greek word for bitter."),
                    ("Warren Buffett", "Warren Buffett\n\nWarren Edward Buffett is an American investor. "
-                    "He described owner earnings in 1986.")], [0.9, 0.8, 0.1])
+                    "He described owner earnings in 1986."),
+                   ("Memphis Hustle", "Memphis Hustle\n\nThe Memphis Hustle are a basketball team. "
+                    "They play in Southaven."),
+                   ("Oyewale Tomori", "Oyewale Tomori\n\nTomori was born in Ilesa. He is a virologist.")],
+                  [0.9, 0.8, 0.1, 0.1, 0.1])
     cfg = TrimConfig(sentence_window=0, parent_share=0, evidence_floor=0.0, gap_window=0, bridge=0,
                      coverage_floor=0.0)
     r = trim_chunks(q, cands, 400, TOK, scorer, cfg)
     texts = {s.chunk.doc_id: s.chunk.text for s in r.kept}
     assert texts["doc0"].startswith("Shellite is an explosive mixture")
     assert texts["doc1"].startswith("Picric acid is an organic compound")
-    assert texts["doc2"].startswith("Warren Buffett\n\nWarren Edward Buffett")  # the title says who "Warren" is
+    # every word of the title in the first sentence, or the phrase anywhere in it, names it
+    assert texts["doc2"].startswith("Warren Edward Buffett is")
+    assert texts["doc3"].startswith("The Memphis Hustle are")
+    assert texts["doc4"].startswith("Oyewale Tomori\n\nTomori was born")  # only the title says who "Tomori" is
     sentences = sum(len(split_sentences(t)) for t in texts.values())
     assert r.used <= sum(TOK.count(t) for t in texts.values()) + sentences  # the dropped lines are not counted
     rendered = render_documents(r.kept)
     assert rendered.count("Shellite") == 1 and rendered.count("Picric acid") == 1
     assert "Shellite (explosive)" not in rendered  # "Shellite is …" names it: no "[1] Shellite (explosive)" header
+    assert rendered.count("Memphis Hustle") == 1 and rendered.count("Warren") == 1  # nor a header repeating it
+    assert rendered.count("Oyewale Tomori") == 1

@@ -37,20 +37,39 @@ def bare_title(title: str) -> str:
 
 def drop_title_line(sentence: str, title: str) -> str:
     """A record indexed as ``title\n\ntext`` whose first sentence names the title again ("Picric acid\n\nPicric
-    acid is …", "Shellite (explosive)\n\nShellite (known as …") pays for the title twice: the sentence without
-    its title line. Anything else is returned as it is."""
+    acid is …", "Shellite (explosive)\n\nShellite (known as …", "Memphis Hustle\n\nThe Memphis Hustle are …":
+    :func:`names_title`) pays for the title twice: the sentence without its title line. Anything else is
+    returned as it is."""
     head = " ".join(str(title or "").split())
     first, sep, rest = sentence.partition("\n")
     name = bare_title(head)
     if not sep or not name or " ".join(first.split()) != head:
         return sentence
     rest = rest.lstrip()
-    return rest if names_first(rest, name) else sentence
+    return rest if names_title(rest, name) else sentence
 
 
 def names_first(text: str, name: str) -> bool:
     """Does ``text`` open with ``name`` (a :func:`bare_title`), as whole words ("Apple is …", not "Applesauce")?"""
     return bool(name) and re.match(re.escape(name) + r"(?!\w)", text.lower()) is not None
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n")
+
+
+def names_title(text: str, name: str) -> bool:
+    """Does the first sentence of ``text`` name ``name`` (a :func:`bare_title`) — the phrase as whole words
+    anywhere in it ("The Memphis Hustle are …", "… commonly known as the DISCLOSE Act"), or, for a name of two
+    words or more, every one of its words ("Cressida Bonas" in "Cressida Curzon Bonas (born …") — so a reader
+    of the sentence knows which document it is without the title line? "Tomori was born …" does not name
+    "Oyewale Tomori"."""
+    if not name:
+        return False
+    first = _SENTENCE_END.split(text.lstrip()[:400], maxsplit=1)[0].lower()
+    if re.search(r"(?<!\w)" + re.escape(name) + r"(?!\w)", first):
+        return True
+    words = re.findall(r"\w+", name)
+    return len(words) >= 2 and set(words) <= set(re.findall(r"\w+", first))
 
 
 def gap_limit(scores: Sequence[float], cfg: TrimConfig) -> tuple[int, str]:

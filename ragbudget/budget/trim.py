@@ -142,6 +142,8 @@ class SentencePlan:
         q_total = sum(self.query_weights.values())
         covered: set[str] = set()
         limit, gap_note = gap_limit([c[0] for c in cand], cfg) if cfg.adaptive else (len(cand), "")
+        buffered = limit - cfg.gap_buffer if gap_note and cfg.buffer_novelty > 0 else limit
+        looked = 0  # candidates looked at past the gap for a buffer sentence
         primaries = 0
 
         def add(ci: int, jj: int) -> bool:
@@ -178,6 +180,16 @@ class SentencePlan:
                     note = (f"question covered: the context holds {cov:.0%} of the question's term weight and "
                             f"the next sentence scored {sc:.2f} < {cfg.coverage_floor:g} × best {best:.2f}")
                     break
+            if used and primaries >= buffered and q_total > 0 and self.term_sets:
+                # past the gap: a buffer sentence must bring question terms the context lacks
+                gain = sum(self.query_weights[t] for t in self.term_sets[ci][j]
+                           if t in self.query_weights and t not in covered) / q_total
+                if gain < cfg.buffer_novelty:
+                    looked += 1
+                    if looked > cfg.buffer_reach:
+                        stop, note = "evidence", gap_note + "; nothing past it adds question terms"
+                        break
+                    continue
             w = cfg.sentence_window if sc >= wfloor else 0
             n = len(self.sentences[ci])
             before_primary = used

@@ -123,6 +123,12 @@ class TrimConfig(_Section):
     gap_window: int = Field(5, ge=0, le=50)
     # sentences still taken past the largest score drop (a second hop often scores just under the first)
     gap_buffer: int = Field(1, ge=0, le=10)
+    # a sentence taken only as gap_buffer must add at least this share of the question's term weight (idf)
+    # that the context does not hold yet — the other half of a two-part question — else it is skipped
+    # (0 takes the next sentence whatever it holds; a repeat of the first hop costs tokens for nothing)
+    buffer_novelty: float = Field(0.1, ge=0, le=1)
+    # with buffer_novelty: how many more candidates past the gap are looked at for such a sentence
+    buffer_reach: int = Field(2, ge=0, le=20)
     # multi-hop: up to this many candidate documents whose title the kept evidence names (the bridge entity)
     # send their best sentences too (0 turns this off)
     bridge: int = Field(1, ge=0, le=5)

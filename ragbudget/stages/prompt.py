@@ -16,7 +16,7 @@ import threading
 from pathlib import PurePath
 from typing import Literal, Sequence
 
-from ..budget.evidence import bare_title, names_first
+from ..budget.evidence import bare_title, names_title
 from ..config import Config, PromptConfig
 from ..errors import ConfigError
 from ..kernels.tokens import Tokenizer
@@ -99,11 +99,12 @@ def doc_header(n: int, s: Scored) -> str:
     """``[n] name``: the document's title, else its file name. Never a directory (it would leak the
     server's layout to the engine's provider and cost tokens), and nothing for a record from a collection
     file (every record would repeat the same ``corpus.jsonl``), and not the title again when the text already
-    opens with it, qualifier aside (a record is indexed as ``title\n\ntext``: the title would be paid for
-    twice; "Shellite (known as …" names "Shellite (explosive)")."""
+    opens with it or its first sentence names it, qualifier aside (a record is indexed as ``title\n\ntext``:
+    the title would be paid for twice; "Shellite (known as …" names "Shellite (explosive)", "The Memphis
+    Hustle are …" names "Memphis Hustle")."""
     name = s.chunk.title.strip()
     opening = s.chunk.text.lstrip()
-    if name and (opening.startswith(name) or names_first(opening, bare_title(name))):
+    if name and (opening.startswith(name) or names_title(opening, bare_title(name))):
         return f"[{n}]"
     if not name:
         base = PurePath(s.chunk.source.split("#", 1)[0].replace("\\", "/")).name
