@@ -301,7 +301,7 @@ class RAG:
         if first:  # time to first token as the caller saw it: from the query's start, not the engine call's
             timings.ttft_ms = (first[0] - t_start) * 1000.0
         ans = self._answer(req, routed, ledger, timings, t_start, built=fitted.sent(routed.prompt, ledger))
-        self.answers.store(scope, req.question, ans)
+        self.answers.store(scope, req.question, ans, near)
         self._observe(ans, req.tenant)
         yield FinalEvent(ans)
 

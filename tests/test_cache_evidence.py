@@ -92,3 +92,32 @@ def test_opposite_question_misses_even_with_overlapping_evidence(index_dir, embe
         assert {c.chunk_id for c in first.citations} & {c.chunk_id for c in opposite.citations}  # same evidence
         (why,) = _flags(opposite, "semantic_near_miss:")
         assert "refused (contrast" in why and "hard" in why and "evidence" not in why
+
+
+def test_a_rechecked_hit_is_regenerated_and_teaches_its_entry(index_dir, embedder):
+    """Feedback from answers regenerated anyway (``recheck_rate``): a semantic hit chosen for a recheck is not
+    served; the fresh answer is compared with the cached one. Agreeing leaves the entry's bar alone;
+    disagreeing raises it by ``feedback_step``, so the same near miss then needs a higher verifier score."""
+    with _rag(index_dir, embedder, recheck_rate=1.0) as rag:  # every would-be semantic hit is rechecked
+        first = rag.query("What is the school color of Harvard?")
+        again = rag.query("Which color represents Harvard?")
+        assert again.cache_layer is None and again.usage.completion_tokens > 0  # generated, not served
+        (why,) = _flags(again, "semantic_recheck:")
+        assert "agreed" in why and "disagreed" not in why and "What is the school color of Harvard?" in why
+        sem = rag.cache.response.semantic
+        assert sem.stats.reasons["recheck"] == 1 and sem.stats.reasons["feedback_right"] == 1
+        assert not sem._raise  # agreement: no entry's bar raised
+        assert first.answer  # (the extractive tier answers both from the same sentence)
+
+    from ragbudget.testing import ScriptedGenerator
+    gen = ScriptedGenerator("Crimson is the school color [1].", "Harvard was founded in 1636 [1].")
+    folder = index_dir.parent / "recheck-wrong"
+    cfg = _cfg(index_dir).with_overrides({"cache.semantic.recheck_rate": 1.0, "cache.path": str(folder / "c.sqlite")})
+    with RAG(cfg, index="sq", embedder=embedder, generators={"extractive": gen}) as rag:
+        rag.query("What is the school color of Harvard?")
+        again = rag.query("Which color represents Harvard?")
+        (why,) = _flags(again, "semantic_recheck:")
+        assert "disagreed: its bar is raised" in why
+        sem = rag.cache.response.semantic
+        assert list(sem._raise.values()) == [pytest.approx(sem.config.feedback_step)]
+        assert sem.stats.reasons["feedback_wrong"] == 1

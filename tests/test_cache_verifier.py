@@ -119,6 +119,30 @@ def test_negative_feedback_raises_that_entrys_bar(embedder):
         cache.feedback(type(hit)(record={}, layer="exact", key="k"), correct=False)
 
 
+def test_negative_feedback_also_holds_a_hit_the_guards_passed_outright(embedder):
+    """A lexical acceptance (no objection to score) found wrong needs a closer question next time: the
+    entry's cosine threshold rises by the step, and a right answer brings it back."""
+    cache = _cache(embedder, feedback_step=0.5)
+    cache.store(SCOPE, "How do I reset my password?", {"answer": "B"})
+    hit, decisions = cache.lookup_explained(SCOPE, "How can I reset my password?")
+    assert hit is not None and decisions[-1].reason == "lexical"
+    cache.feedback(hit, correct=False)
+    again, decisions = cache.lookup_explained(SCOPE, "How can I reset my password?")
+    assert again is None and decisions[0].reason == "feedback" and decisions[0].objection == "lexical"
+    for _ in range(4):
+        cache.feedback(hit, correct=True)
+    assert cache.lookup(SCOPE, "How can I reset my password?") is not None
+
+
+def test_answer_agreement():
+    from ragbudget.stages.answer_cache import answer_agreement
+    short = "The school color is crimson. [1]"
+    assert answer_agreement(short, short + " It was adopted by a vote in 1875. [1]") == 1.0  # fuller, same
+    assert answer_agreement("Crimson is the school color [1].", "Harvard was founded in 1636 [1].") < 0.2
+    assert answer_agreement("He has won 230 tournaments worldwide.", "He has won 2 tournaments worldwide.") == 0.0
+    assert answer_agreement("", "") == 1.0 and answer_agreement("Yes.", "") == 0.0
+
+
 def hit_bar(hit) -> float:
     return float(hit.decision.split(">= ")[1].split(")")[0])
 

@@ -48,6 +48,9 @@ OTHER_PROBES = [
     ("Which is closer to the sun, Mars or Earth?", "Which is farther from the sun, Mars or Earth?"),
     ("Which bank offers the highest interest rate?", "Which bank offers the lowest interest rate?"),
     ("Which planet is larger, Mars or Venus?", "Which planet is smaller, Mars or Venus?"),
+    # "lower" as a verb: the antonym is found on the surface stem ("raise" / "lower"), a hard refusal
+    ("How do I raise my credit score?", "How do I lower my credit score?"),
+    ("Will the central bank increase interest rates?", "Will the central bank lower interest rates?"),
 ]
 PARAPHRASES = [
     ("How do I reset my password?", "How can I reset my password?"),
@@ -126,6 +129,10 @@ def test_word_level_evidence():
     assert contrast.contrast_between(w("larger"), w("large")) == "degree"
     assert w("closer").degree == "er" and w("farthest").base == "far"
     assert contrast.contrast_between(w("unavailable"), w("available")) == "antonym"
+    assert contrast.contrast_between(w("raise"), w("lower")) == "antonym"  # "lower" the verb, not the degree form
+    assert contrast.contrast_between(w("increase"), w("lower")) == "antonym"
+    v = guards.explain("How do I raise my credit score?", "How do I lower my credit score?")
+    assert v.reason == "contrast" and v.hard  # no learned score can serve it
     assert contrast.synonymous(w("purchase"), w("buy")) and not contrast.synonymous(w("buy"), w("sell"))
 
 

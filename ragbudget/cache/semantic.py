@@ -152,7 +152,7 @@ class SemanticResponseCache:
         self._scopes: dict[str, _Scope] = {}
         self._order: deque[tuple[str, str]] = deque()  # (scope id, entry key), oldest first
         self._queued: dict[tuple[str, str], int] = {}  # how many times each is in _order (re-stores)
-        self._raise: dict[str, float] = {}  # entry key -> learned-score bar added by negative feedback
+        self._raise: dict[str, float] = {}  # entry key -> bar added by negative feedback (probability or cosine)
         self._planes: np.ndarray | None = None  # the sign-sketch hyperplanes (vectors.planes), per dimension
         self._lock = threading.Lock()
 
@@ -201,14 +201,20 @@ class SemanticResponseCache:
                                 objection=v.reason, score=p, bar=bar)
             ok = Decision(stored, similarity, True, "learned", objection=v.reason, score=p, bar=bar)
         else:
+            bump = self._raise.get(key, 0.0)  # an entry found wrong needs a closer question to be served again
+            if bump and similarity < min(self.config.threshold + bump, 1.0):
+                return Decision(stored, similarity, False, "feedback", objection="lexical")
             ok = Decision(stored, similarity, True, "lexical")
         if self.verifier is not None and not self.verifier(stored, question):
             return Decision(stored, similarity, False, "hook", objection=ok.objection, score=ok.score, bar=ok.bar)
         return ok
 
-    def lookup_explained(self, scope: ResponseScope, question: str,
-                         embedding: np.ndarray | None = None) -> tuple[CacheHit | None, list[Decision]]:
-        """:meth:`lookup` plus the decision on every candidate it weighed (the last one served, if any)."""
+    def lookup_explained(self, scope: ResponseScope, question: str, embedding: np.ndarray | None = None, *,
+                         recheck: bool = False) -> tuple[CacheHit | None, list[Decision]]:
+        """:meth:`lookup` plus the decision on every candidate it weighed (the last one served, if any).
+
+        ``recheck``: the hit will not be served but regenerated anyway, its answer compared with the stored
+        one (:meth:`feedback`): it is counted as a miss and a ``recheck``, and its record is left as stored."""
         decisions: list[Decision] = []
         if not self.config.enabled:
             return None, decisions
@@ -231,13 +237,18 @@ class SemanticResponseCache:
                 continue  # expired, evicted or backend unavailable
             decisions.append(d)
             record = entry["record"]
+            hit = CacheHit(record=record, layer=self.layer, key=key, similarity=sim, matched_question=stored_q,
+                           decision=d.describe())
+            if recheck:
+                self.stats.miss()
+                self.stats.count("recheck")
+                return hit, decisions
             ledger = record.get("ledger")
             if isinstance(ledger, dict):
                 ledger["flags"] = [*(ledger.get("flags") or []), f"semantic_hit: {d.describe()}"]
             self.stats.hit(saved_tokens(record), saved_ms(record))
             self.stats.count(f"accepted_{d.reason}")
-            return CacheHit(record=record, layer=self.layer, key=key, similarity=sim, matched_question=stored_q,
-                            decision=d.describe()), decisions
+            return hit, decisions
         self.stats.miss()
         return None, decisions
 
@@ -286,8 +297,9 @@ class SemanticResponseCache:
         return self.lookup_explained(scope, question, embedding)[0]
 
     def feedback(self, hit: CacheHit, correct: bool) -> None:
-        """What an answer regenerated anyway said about a served hit. A wrong hit raises that entry's bar for
-        learned acceptances by ``feedback_step`` (lexical ones are not affected); a right one lowers a raised
+        """What an answer regenerated anyway said about a hit (``recheck_rate``, or a caller's own signal). A
+        wrong hit raises that entry's bar by ``feedback_step``: the learned verifier's probability bar for a
+        soft near miss, the cosine threshold for one the guards passed outright. A right one lowers a raised
         bar by a quarter step. Per entry, in process, like vCache's online thresholds."""
         if hit.layer != self.layer:
             raise ValueError(f"feedback is for semantic hits, got a {hit.layer!r} hit")

@@ -43,6 +43,14 @@ class SemanticCacheConfig(_Section):
     verifier_model: str | None = None  # None: the model shipped in ragbudget/cache/data/verifier.json
     # Answers found wrong by feedback (SemanticResponseCache.feedback) raise that entry's bar by this much.
     feedback_step: float = Field(0.05, ge=0, le=1)
+    # Feedback from answers regenerated anyway (vCache-style online bars): this share of the questions a
+    # semantic hit would serve are answered fresh instead (chosen by a hash of the question, so the same
+    # question is always rechecked and the run is reproducible); the fresh answer is compared with the
+    # cached one and the entry's bar is raised when they disagree (feedback_step). 0 turns it off.
+    recheck_rate: float = Field(0.05, ge=0, le=1)
+    # agreement of the fresh and the cached answer (the share of the shorter one's words the longer holds;
+    # 0 when they state different numbers) at or above which the cached one was right
+    recheck_agreement: float = Field(0.5, ge=0, le=1)
     # most questions the semantic cache compares against
     max_entries: int = Field(10000, ge=1)
     # Evidence agreement (issue 28): a near miss refused only softly (cosine ≥ evidence_floor, no hard
