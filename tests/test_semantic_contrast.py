@@ -48,6 +48,7 @@ OTHER_PROBES = [
     ("Which is closer to the sun, Mars or Earth?", "Which is farther from the sun, Mars or Earth?"),
     ("Which bank offers the highest interest rate?", "Which bank offers the lowest interest rate?"),
     ("Which planet is larger, Mars or Venus?", "Which planet is smaller, Mars or Venus?"),
+    ("Why do onions make you cry?", "What is the reason onions make you laugh?"),
     # "lower" as a verb: the antonym is found on the surface stem ("raise" / "lower"), a hard refusal
     ("How do I raise my credit score?", "How do I lower my credit score?"),
     ("Will the central bank increase interest rates?", "Will the central bank lower interest rates?"),
@@ -65,6 +66,10 @@ PARAPHRASES = [
     ("Why do cats purr when they are happy?", "When they are happy, why do cats purr?"),
     ("How can one apply for a library card?", "How do I apply for a library card?"),
     ("Can you tell me where the train station is?", "Where is the train station?"),
+    # question templates that ask the same thing ("what is the reason" is "why"; "can someone explain")
+    ("Why do onions make you cry?", "What is the reason onions make you cry?"),
+    ("What is blockchain?", "Can someone explain blockchain in simple terms?"),
+    ("What are some ways to save energy at home?", "How can I save energy at home?"),
 ]
 
 
@@ -113,6 +118,7 @@ def test_question_forms():
     assert f("In what year did the lawsuit occur?") == {"when"} and f("What causes hiccups?") == {"why"}
     assert f("Do we know where the texts are kept?") == {"yesno", "where"}  # vs "Do we know the texts?"
     assert f("When they are happy, why do cats purr?") == {"when", "why"} and f("Capital of France") == set()
+    assert f("What is the reason cats purr?") == f("For what reason do cats purr?") == {"why"}
     v = guards.explain("did Goo Goo Dolls tour?", "who did Goo Goo Dolls tour with?")
     assert v.reason == "question_form" and v.hard
     assert guards.explain("Why do leaves change color in autumn?", "What causes leaves to change color in autumn?"

@@ -109,8 +109,11 @@ def analyse(token: str) -> Word:
 
 
 def strip_fillers(text: str) -> str:
-    """``text`` lowercased, without the phrases that only change how a question is asked."""
+    """``text`` lowercased, without the phrases that only change how a question is asked (and with a phrase
+    that asks what a wh-word asks rewritten to it)."""
     t = text.casefold().replace("’", "'")
+    for pattern, repl in hand.REWRITES:
+        t = pattern.sub(repl, t)
     for pattern in hand.FILLERS:
         t = pattern.sub(" ", t)
     return t

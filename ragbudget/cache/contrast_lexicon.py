@@ -8,7 +8,8 @@ Everything here is lowercase. :mod:`ragbudget.cache.contrast` reads four kinds o
 - ``ANTONYMS``: pairs WordNet misses (``before``/``after``, ``login``/``logout``, ``buyer``/``seller``);
 - ``SYNONYMS``: groups of everyday question words WordNet does not link ("laptop"/"notebook");
 - ``DEGREE_MARKERS`` and ``FILLERS``: words that make a comparative or superlative on their own, and
-  phrases that only change how a question is asked ("could you please tell me", "what is the best way to").
+  phrases that only change how a question is asked ("could you please tell me", "what is the best way to");
+  ``REWRITES``: phrases that ask what a wh-word asks ("what is the reason" → "why").
 """
 
 from __future__ import annotations
@@ -196,6 +197,8 @@ DEGREE_FORMS = {
 
 # Ways of asking that do not change the question; removed before the difference is taken.
 FILLERS = [re.compile(p) for p in (
+    r"\b(?:can|could|would|will) (?:someone|anyone|somebody|anybody) (?:please )?(?:explain(?: to me)?|tell me|"
+    r"help me understand)\b",  # before "explain" alone, which would leave "can someone"
     r"\b(?:hi|hello|hey|thanks|thank you|cheers)\b[,!.]?",
     r"\b(?:please|kindly|pls|plz)\b",
     r"\b(?:could|can|would|will) you (?:please )?(?:tell|show|explain to|let) me\b",
@@ -211,4 +214,14 @@ FILLERS = [re.compile(p) for p in (
     r"\bwhat (?:steps|actions) (?:do|should|can|must) (?:i|we|you|one) take to\b",
     r"\bin order to\b", r"\bexactly\b", r"\bactually\b", r"\breally\b", r"\bbasically\b",
     r"\btell me\b", r"\bexplain\b", r"\bhelp me\b", r"\bquick question\b", r"\bjust\b",
+    r"\bin (?:simple|plain|layman'?s|laymen'?s|easy) (?:terms|words|english|language)\b",
+    r"\bwhat (?:can|could|must) (?:i|we|you|one) do to\b",
+    r"\bwhat (?:are|is) (?:some|a few|a|any) (?:good |simple |easy |effective )?(?:ways?|methods?|tips|tricks) "
+    r"(?:to|for)\b",
+)]
+# phrases that ask the same thing as a wh-word, rewritten to it before the fillers go ("What is the reason
+# cats purr?" asks "Why do cats purr?")
+REWRITES = [(re.compile(p), r) for p, r in (
+    (r"\bwhat(?:'s| is) the reason(?: why| that)?\b", " why "),
+    (r"\bfor what reason\b", " why "),
 )]
