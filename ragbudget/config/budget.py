@@ -118,9 +118,9 @@ class TrimConfig(_Section):
     coverage_stop: float = Field(0.9, ge=0, le=1)
     # once coverage_stop is reached, sentences under this × the best score are left out
     coverage_floor: float = Field(0.8, ge=0, le=1)
-    # adaptive-k over sentences: among the gap_window best candidate sentences, the largest drop in score
+    # adaptive-k over sentences: among the gap_window + 1 best candidate sentences, the largest drop in score
     # ends the evidence (0 turns the gap stop off)
-    gap_window: int = Field(5, ge=0, le=50)
+    gap_window: int = Field(4, ge=0, le=50)
     # sentences still taken past the largest score drop (a second hop often scores just under the first)
     gap_buffer: int = Field(1, ge=0, le=10)
     # a sentence taken only as gap_buffer must add at least this share of the question's term weight (idf)
