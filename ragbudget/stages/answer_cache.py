@@ -150,17 +150,18 @@ class AnswerCache:
         return None
 
     def store(self, scope: ResponseScope, question: str, ans: Answer, near: Sequence[Any] = ()) -> None:
-        """Store a generated answer; first, a :class:`Recheck` in ``near`` learns whether it agreed."""
+        """Store a generated answer; a :class:`Recheck` in ``near`` first learns whether it agreed (not from a
+        degraded or fallback answer, which is not stored either)."""
         rc = self._layers().response
         if rc is None:
+            return
+        why = not_cacheable(ans, self.config)
+        if why is not None:  # degraded, fallback or substitute answers are never served later as normal hits
+            ans.ledger.flags.append(f"not_cached:{why}")  # nor do they say whether a cached one was right
             return
         for r in near:
             if isinstance(r, Recheck) and rc.semantic is not None:
                 self._learn(rc.semantic, r.hit, ans)
-        why = not_cacheable(ans, self.config)
-        if why is not None:  # degraded, fallback or substitute answers are never served later as normal hits
-            ans.ledger.flags.append(f"not_cached:{why}")
-            return
         try:
             emb = self._embedder().embed_query(question) if self.config.cache.semantic.enabled else None
             rc.store(scope, question, ans.to_dict(), embedding=emb)
@@ -169,8 +170,8 @@ class AnswerCache:
 
     def _learn(self, semantic: Any, hit: CacheHit, ans: Answer) -> None:
         """Feedback from an answer regenerated anyway: agreement with the answer the hit would have served."""
-        if ans.partial or ans.finish_reason not in ("stop", "length"):
-            return  # a cut-off or failed generation says nothing about the cached answer
+        if ans.finish_reason not in ("stop", "length"):
+            return  # a failed generation says nothing about the cached answer
         agree = answer_agreement(ans.answer, str(hit.record.get("answer", "")))
         agreed = agree >= self.config.cache.semantic.recheck_agreement
         semantic.feedback(hit, agreed)
