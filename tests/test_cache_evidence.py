@@ -111,8 +111,7 @@ def test_a_rechecked_hit_is_regenerated_and_teaches_its_entry(index_dir, embedde
 
     from ragbudget.testing import ScriptedGenerator
     gen = ScriptedGenerator("Crimson is the school color [1].", "Harvard was founded in 1636 [1].")
-    folder = index_dir.parent / "recheck-wrong"
-    cfg = _cfg(index_dir).with_overrides({"cache.semantic.recheck_rate": 1.0, "cache.path": str(folder / "c.sqlite")})
+    cfg = _cfg(index_dir).with_overrides({"cache.semantic.recheck_rate": 1.0})  # a memory cache of its own
     with RAG(cfg, index="sq", embedder=embedder, generators={"extractive": gen}) as rag:
         rag.query("What is the school color of Harvard?")
         again = rag.query("Which color represents Harvard?")
