@@ -49,11 +49,6 @@ def drop_title_line(sentence: str, title: str) -> str:
     return rest if names_title(rest, name) else sentence
 
 
-def names_first(text: str, name: str) -> bool:
-    """Does ``text`` open with ``name`` (a :func:`bare_title`), as whole words ("Apple is …", not "Applesauce")?"""
-    return bool(name) and re.match(re.escape(name) + r"(?!\w)", text.lower()) is not None
-
-
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n")
 
 

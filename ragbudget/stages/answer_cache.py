@@ -23,12 +23,14 @@ from ..config import Config
 from ..embed.encoder import Embedder
 from ..errors import CacheError
 from ..index.filters import fingerprint as filter_fingerprint
+from ..kernels.text import unicode_words
 from ..retrieval.registry import LoadedIndex
 from .prompt import fingerprint, static_prefix
 from .request import QueryRequest
 from ..types import Answer, Ledger, Scored
 
 log = logging.getLogger("ragbudget")
+_CITATION = re.compile(r"\[\d+\]")  # an answer's [n] marks: not words of what it says
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,7 @@ def answer_agreement(a: str, b: str) -> float:
     articles and [n] citation marks ignored) that the longer one holds — a fuller answer that contains the
     short one agrees with it — and 0 when both state numbers and not the same ones ("won 2" / "won 230")."""
     def words(t: str) -> set[str]:
-        t = re.sub(r"\[\d+\]", " ", t.lower())
-        t = "".join(ch if ch.isalnum() or ch.isspace() else " " for ch in t)
-        return {w for w in t.split() if w not in ("a", "an", "the")}
+        return {w for w in unicode_words(_CITATION.sub(" ", t.lower())) if w not in ("a", "an", "the")}
     x, y = words(a), words(b)
     if not x or not y:
         return float(x == y)
