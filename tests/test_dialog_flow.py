@@ -20,9 +20,11 @@ def test_follow_ups_get_the_sentence_after_the_last_answer_in_fewer_tokens(share
             f.write(json.dumps(rec) + "\n")
     picked = questions[::max(1, len(questions) // 20)][:20]
     results = {}
-    for name, flow in (("flow", 1.0), ("off", 0.0)):
-        cfg = Config().with_overrides({"index.dir": str(tmp_path / "ix"), "cache.path": str(tmp_path / f"{name}.sqlite"),
-                                       "cache.response": False, "trim.dialog_flow": flow})
+    # dialog flow alone (followup_parent_share 0), then the defaults (flow and the follow-up's parent chunk)
+    for name, flow, parent in (("flow", 1.0, 0.0), ("off", 0.0, 0.0), ("default", 1.0, None)):
+        over = {"index.dir": str(tmp_path / "ix"), "cache.path": str(tmp_path / f"{name}.sqlite"),
+                "cache.response": False, "trim.dialog_flow": flow}
+        cfg = Config().with_overrides(over if parent is None else {**over, "trim.followup_parent_share": parent})
         with RAG(cfg, index="canard", embedder=embedder) as rag:
             if name == "flow":
                 rag.ingest(tmp_path / "docs")
@@ -38,3 +40,6 @@ def test_follow_ups_get_the_sentence_after_the_last_answer_in_fewer_tokens(share
     assert off_notes == 0 and flow_notes >= len(picked) // 3
     assert flow_hits > off_hits  # the next answer reaches the context more often
     assert flow_tokens <= off_tokens  # and no more is sent for it
+    # the defaults add the best sentence's chunk for a follow-up: the answer is in context more often still
+    default_hits, default_tokens, _ = results["default"]
+    assert default_hits >= flow_hits and default_tokens > flow_tokens

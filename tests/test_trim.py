@@ -147,6 +147,23 @@ def test_parent_chunk_comes_whole_when_the_best_sentence_does_not_echo_the_quest
     assert "777" not in small.kept[0].chunk.text  # the chunk is over parent_share × 40 tokens
 
 
+def test_a_follow_up_gets_the_parent_chunk_by_default(scorer):
+    """A question that follows an answer ("Which bridges are famous?" after one about the Seine) shares few
+    words with its own answer: with the defaults (parent_share 0, followup_parent_share 0.25) its best
+    sentence's chunk goes in whole; the same question opening a conversation gets sentences only."""
+    cfg = TrimConfig(sentence_window=0, evidence_floor=1.0, gap_window=0)
+    assert cfg.parent_share == 0 and cfg.followup_parent_share == 0.25
+    alone = trim_chunks("Which bridges are famous?", items()[1:2], 400, TOK, scorer, cfg)
+    assert "777" not in alone.kept[0].chunk.text and "whole chunk" not in alone.stop_note
+    follow = trim_chunks("Which bridges are famous?", items()[1:2], 400, TOK, scorer, cfg,
+                         previous_answer="The Seine flows through Paris.")
+    assert follow.kept[0].chunk.text == RIVER and "whole chunk of the best sentence" in follow.stop_note
+    off = trim_chunks("Which bridges are famous?", items()[1:2], 400, TOK, scorer,
+                      TrimConfig(sentence_window=0, evidence_floor=1.0, gap_window=0, followup_parent_share=0),
+                      previous_answer="The Seine flows through Paris.")
+    assert off.kept[0].chunk.text != RIVER and "whole chunk" not in off.stop_note  # dialog flow only
+
+
 # ---------------------------------------------------------------- adaptive-k and the multi-hop bridge
 KISS = ("Kiss and Tell (1945 film)", "Kiss and Tell is a 1945 American comedy film starring then 17-year-old "
         "Shirley Temple as Corliss Archer. In the film, two teenage girls cause their respective parents much "
@@ -243,11 +260,11 @@ def test_a_follow_up_goes_on_from_where_the_last_answer_came_from(scorer):
     answer = "In 1906 she became a prima ballerina of the Mariinsky Theatre."
     question = "What happened after that?"
     nxt = "Three years later she toured Paris with the Ballets Russes."
-    cfg = TrimConfig()
+    cfg = TrimConfig(followup_parent_share=0)  # dialog flow alone (the parent rule is tested above)
     with_flow = SentencePlan.build(question, doc, TOK, scorer, cfg, previous_answer=answer).pack(400, cfg, TOK)
     assert [s.chunk.text for s in with_flow.kept] == [nxt]
     assert "dialog flow: the sentence after the last answer's in 'Anna Pavlova'" in with_flow.stop_note
-    for plan_cfg, prev in ((cfg, ""), (TrimConfig(dialog_flow=0), answer)):
+    for plan_cfg, prev in ((cfg, ""), (TrimConfig(dialog_flow=0, followup_parent_share=0), answer)):
         plain = SentencePlan.build(question, doc, TOK, scorer, plan_cfg, previous_answer=prev).pack(400, plan_cfg, TOK)
         assert plain.used > with_flow.used
         assert "dialog flow" not in plain.stop_note

@@ -59,6 +59,7 @@ class SentencePlan:
     query_weights: dict[str, float] = field(default_factory=dict)  # question term → idf
     question: str = ""
     flow: list[tuple[int, int]] = field(default_factory=list)  # (chunk, sentence) after the last answer's
+    followup: bool = False  # the question follows an answer in a conversation
 
     @classmethod
     def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
@@ -109,7 +110,8 @@ class SentencePlan:
                 ss[0], tokens[ci][0] = short, tokenizer.count(short)
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
-                   term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query, flow=flow)
+                   term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query, flow=flow,
+                   followup=bool(previous_answer))
 
     def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
              overhead_per_chunk: int = 0) -> TrimResult:
@@ -227,11 +229,12 @@ class SentencePlan:
                 note = (note + "; " if note else "") + "bridge: " + ", ".join(added) + " named by the evidence"
         # Parent of the best sentence: when that sentence alone holds little of the question (the answer is
         # likely a neighbour the question does not echo), its whole chunk goes in if it takes at most
-        # parent_share of the budget.
+        # parent_share of the budget (followup_parent_share for a question that follows an answer).
         top = cand[0][1]
         best_lex = self.lexical[top][cand[0][2]] if self.lexical else 1.0
-        if (cfg.parent_share > 0 and top not in truncated and best_lex < cfg.parent_confidence
-                and self.chunk_tokens[top] + overhead_per_chunk <= cfg.parent_share * budget
+        share = max(cfg.parent_share, cfg.followup_parent_share if self.followup else 0.0)
+        if (share > 0 and top not in truncated and best_lex < cfg.parent_confidence
+                and self.chunk_tokens[top] + overhead_per_chunk <= share * budget
                 and len(chosen.get(top, {})) < len(self.sentences[top])):
             before = used
             for jj in range(len(self.sentences[top])):
@@ -338,9 +341,10 @@ def order_context(items: list[Scored], order: str) -> list[Scored]:
 
 
 def trim_chunks(query: str, items: Sequence[Scored], budget: int, tokenizer: Tokenizer,
-                scorer: Reranker | None, cfg: TrimConfig, *, overhead_per_chunk: int = 0) -> TrimResult:
+                scorer: Reranker | None, cfg: TrimConfig, *, overhead_per_chunk: int = 0,
+                previous_answer: str = "") -> TrimResult:
     """Score and pack in one call (see :class:`SentencePlan`)."""
-    plan = SentencePlan.build(query, items, tokenizer, scorer, cfg)
+    plan = SentencePlan.build(query, items, tokenizer, scorer, cfg, previous_answer=previous_answer)
     return plan.pack(budget, cfg, tokenizer, overhead_per_chunk=overhead_per_chunk)
 
 

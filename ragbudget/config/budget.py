@@ -138,6 +138,9 @@ class TrimConfig(_Section):
     parent_share: float = Field(0.0, ge=0, le=1)
     # when the best sentence holds less than this share of the question's term weight, its whole chunk goes in
     parent_confidence: float = Field(0.9, ge=0, le=1)
+    # parent_share for a follow-up (the history holds an answer): "what happened next?" shares few words with
+    # its answer, so the best sentence's whole chunk goes in on the same parent_confidence test (0: off)
+    followup_parent_share: float = Field(0.25, ge=0, le=1)
     # a conversation about a document moves forward through it: the sentence after the one the last answer
     # came from (its terms overlap the answer's last sentence by at least dialog_flow_match, Jaccard) gains
     # this much evidence score (0 turns this off; only requests whose history holds an answer)
