@@ -41,9 +41,10 @@ def test_wilson_interval():
 def test_learned_verifier_serves_more_held_out_duplicates_without_wrong_answers(embedder):
     pairs = select(load_pairs(DATA / "question_pairs.tsv"), "heldout")
     (lexical,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig(verifier="lexical"))
-    (learned,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig(verifier="learned", threshold=0.80))
+    (learned,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig())  # the defaults: learned, 0.76
     assert learned["verifier"] == "learned" and lexical["verifier"] == "lexical"
     assert learned["hit_rate"] >= lexical["hit_rate"] + 0.15
+    assert learned["hit_rate"] >= 0.55  # 0.60 measured (BENCHMARKS.md, issue 28): a regression check
     assert learned["false_hit_rate"] <= 0.02
     assert learned["served_by"].get("1:learned", 0) > 0 and "1:learned" not in lexical["served_by"]
     lo, hi = learned["hit_rate_ci"]
@@ -52,14 +53,13 @@ def test_learned_verifier_serves_more_held_out_duplicates_without_wrong_answers(
 
 def test_contrasts_stay_refused(embedder):
     pairs = [p for p in load_pairs(DATA / "near_miss_pairs.tsv") if p.split in ("heldout", "fresh")]
-    (r,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig(verifier="learned", threshold=0.80))
+    (r,) = evaluate_pairs(pairs, embedder, SemanticCacheConfig())
     assert r["false_hit_rate"] <= 0.02 and r["hit_rate"] >= 0.9
     assert sum(v for k, v in r["refused_by"].items() if k.startswith("0:")) > 0
 
 
 def _cache(embedder, **cfg) -> SemanticResponseCache:
-    return SemanticResponseCache(MemoryBackend(), embedder,
-                                 SemanticCacheConfig(**{"verifier": "learned", "threshold": 0.80, **cfg}))
+    return SemanticResponseCache(MemoryBackend(), embedder, SemanticCacheConfig(**{"verifier": "learned", **cfg}))
 
 
 def test_decisions_say_why_and_reach_the_ledger(embedder):
@@ -85,6 +85,23 @@ def test_decisions_say_why_and_reach_the_ledger(embedder):
     off.store(SCOPE, stored, {"answer": "A"})
     hit, decisions = off.lookup_explained(SCOPE, asked)
     assert hit is None and not decisions[0].grey and decisions[0].score is None
+
+
+def test_a_one_sided_modifier_between_questions_needs_the_higher_contrast_bar(embedder):
+    """"long-term side effects" is another question than "side effects", though the model scores the pair
+    over the question bar: a one-sided contrast word (polar, degree, class) gets the model's third bar, chosen
+    so that no tune pair of that kind is served out of fold. A reworded verb keeps the question bar."""
+    model = verifier.load()
+    assert model.threshold < model.threshold_contrast < 1  # type: ignore[operator]
+    cache = _cache(embedder)
+    cache.store(SCOPE, "What are the side effects of aspirin?", {"answer": "A"})
+    hit, decisions = cache.lookup_explained(SCOPE, "What are the long-term side effects of aspirin?")
+    d = decisions[0]
+    assert hit is None and d.objection == "contrast" and d.reason == "learned" and not d.hard
+    assert d.bar == model.threshold_contrast and model.threshold <= d.score < d.bar  # type: ignore[operator]
+    cache.store(SCOPE, "How do I get rid of acne?", {"answer": "B"})
+    hit, decisions = cache.lookup_explained(SCOPE, "How can I clear up my acne?")
+    assert hit is not None and decisions[-1].bar == model.threshold
 
 
 def test_hard_refusals_are_never_scored(embedder):
@@ -163,7 +180,7 @@ def test_bad_model_file_is_a_clear_error(embedder, tmp_path: Path):
 def test_store_evict_and_restore_keep_rows_consistent(embedder):
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(60, embedder.dim)).astype(np.float32)
-    cache = SemanticResponseCache(MemoryBackend(), embedder, SemanticCacheConfig(verifier="learned", threshold=0.80, max_entries=30))
+    cache = SemanticResponseCache(MemoryBackend(), embedder, SemanticCacheConfig(verifier="learned", max_entries=30))
     for i in range(60):
         cache.store(SCOPE, f"question {i}", {"answer": str(i)}, embedding=vecs[i])
         if i % 7 == 0 and i >= 35:
@@ -185,5 +202,6 @@ def test_shipped_model_has_a_higher_bar_for_sentences_than_for_questions(embedde
     # an older model file (one bar) still loads: the bar then holds for both kinds of text
     d = model.to_dict()
     d.pop("threshold_statements")
+    d.pop("threshold_contrast")
     old = verifier.LearnedVerifier.from_dict(d)
-    assert old.threshold_statements == old.threshold == model.threshold
+    assert old.threshold_statements == old.threshold == model.threshold and old.threshold_contrast is None

@@ -7,12 +7,15 @@ substituted without a known synonym ("lose weight quickly" / "fastest way to los
 modifier, extra content words. Most real duplicate questions land there, so a cache that refuses all of
 them answers one duplicate in five. This module scores a soft refusal with a logistic model over
 :data:`FEATURES` (the cosine of the two question embeddings, the verdict's word counts, overlap, length,
-whether both are questions, the question words and a wh-word or yes/no mismatch) and accepts it when the
-probability reaches the model's bar (one for question pairs, a higher one for other sentences).
+whether both are questions, the question words, a wh-word or yes/no mismatch, and whether two questions
+name an entity: about a named person or work, another predicate asks for another fact — "Where did X grow
+up?" / "Where was X born?" — where a how-to question's reworded verb rarely does) and accepts it when the
+probability reaches the model's bar (one for question pairs, a higher one for questions that differ by a
+one-sided contrast word, and one for other sentences).
 
 The model ships as ``data/verifier.json`` (weights, feature scaling, threshold and the data it was fit
 on); :mod:`~ragbudget.cache.build_verifier` builds it deterministically from labelled pairs. Scoring is a
-dot product of 20 numbers: microseconds.
+dot product of 21 numbers: microseconds.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ import numpy as np
 from ..errors import ConfigError
 from ..kernels.text import contrast_tokens
 from .contrast import AUXILIARIES as _AUX, WH_WORDS as _WH, Verdict, strip_fillers
+from .guards import entities
 
 MODEL_PATH = Path(__file__).with_name("data") / "verifier.json"
 FEATURES = ("cosine", "left_total", "left_max", "left_min", "unmatched_share", "one_sided", "jaccard",
             "n_min", "n_max", "substitution", "contrast", "content", "cos_x_share", "same_wh",
-            "questions", "len_ratio", "words_max", "cos_x_questions", "wh_conflict", "yesno_vs_wh")
+            "questions", "len_ratio", "words_max", "cos_x_questions", "wh_conflict", "yesno_vs_wh",
+            "entity_question")
 # the model's features were fit with "how" a group of its own (contrast.WH_GROUP joins it to "what")
 _WH_GROUP = {"which": "what", "whom": "who", "whose": "who"}  # "what" / "which" ask alike
 
@@ -70,14 +75,17 @@ def features(stored: str, new: str, cosine: float, verdict: Verdict) -> np.ndarr
                      v.reason == "contrast", v.reason == "content", cosine * share,
                      float(wa == wb or not wa or not wb), questions, min(v.n_a, v.n_b) / max(v.n_a, v.n_b, 1),
                      max(len(stored.split()), len(new.split())), cosine * questions,
-                     float(bool(ga and gb and ga != gb)), float(yesno_a != yesno_b)], dtype=np.float64)
+                     float(bool(ga and gb and ga != gb)), float(yesno_a != yesno_b),
+                     questions * float(bool(entities(stored) or entities(new)))], dtype=np.float64)
 
 
 @dataclass(frozen=True)
 class LearnedVerifier:
     """Logistic model: ``p = sigmoid(bias + weights · (x - mean) / scale)``; accept when p ≥ the bar:
     ``threshold`` for two question-shaped texts, ``threshold_statements`` otherwise (news-style sentences,
-    where the shared MRPC negatives put the bar higher)."""
+    where the shared MRPC negatives put the bar higher), and ``threshold_contrast`` for two questions the
+    contrast verifier refused for a one-sided contrast word ("the *long-term* side effects", "*chronic* knee
+    pain"): a word of that kind more often changes what is asked than a reworded verb does."""
 
     mean: np.ndarray
     scale: np.ndarray
@@ -86,10 +94,15 @@ class LearnedVerifier:
     threshold: float
     info: dict[str, Any]
     threshold_statements: float = 1.0
+    threshold_contrast: float | None = None  # None: ``threshold``
 
     def bar(self, x: np.ndarray) -> float:
         """The probability a candidate with features ``x`` needs."""
-        return self.threshold if x[FEATURES.index("questions")] else self.threshold_statements
+        if not x[FEATURES.index("questions")]:
+            return self.threshold_statements
+        if x[FEATURES.index("contrast")] and self.threshold_contrast is not None:
+            return max(self.threshold, self.threshold_contrast)
+        return self.threshold
 
     def probability(self, x: np.ndarray) -> float:
         z = self.bias + float(((x - self.mean) / self.scale) @ self.weights)
@@ -107,7 +120,8 @@ class LearnedVerifier:
     def to_dict(self) -> dict[str, Any]:
         return {"features": list(FEATURES), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
                 "weights": self.weights.tolist(), "bias": self.bias, "threshold": self.threshold,
-                "threshold_statements": self.threshold_statements, "info": self.info}
+                "threshold_statements": self.threshold_statements, "threshold_contrast": self.threshold_contrast,
+                "info": self.info}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "verifier model") -> "LearnedVerifier":
@@ -118,12 +132,13 @@ class LearnedVerifier:
             arrs = [np.asarray(d[k], dtype=np.float64) for k in ("mean", "scale", "weights")]
             bias, threshold = float(d["bias"]), float(d["threshold"])
             statements = float(d.get("threshold_statements", threshold))
+            contrast = None if d.get("threshold_contrast") is None else float(d["threshold_contrast"])
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{source}: malformed verifier model ({err})") from None
         if (any(a.shape != (len(FEATURES),) for a in arrs) or not np.all(arrs[1] > 0) or not 0 <= threshold <= 1
-                or not 0 <= statements <= 1):
+                or not 0 <= statements <= 1 or contrast is not None and not 0 <= contrast <= 1):
             raise ConfigError(f"{source}: malformed verifier model (shapes, scales or threshold)")
-        return cls(arrs[0], arrs[1], arrs[2], bias, threshold, dict(d.get("info") or {}), statements)
+        return cls(arrs[0], arrs[1], arrs[2], bias, threshold, dict(d.get("info") or {}), statements, contrast)
 
 
 @lru_cache(maxsize=4)
