@@ -72,6 +72,18 @@ def test_the_default_learned_verifier_serves_it_without_a_retrieval(index_dir, e
         assert rag.retrieval_calls == [1]  # a hit before retrieval: the second query retrieved nothing
 
 
+def test_a_name_written_out_is_served_on_evidence_outside_a_conversation(index_dir, embedder):
+    """"Harvard" / "Harvard University": in an open scope a longer name might mean someone else, so the near
+    miss is grey; the new question's retrieval finds the chunks the cached answer cited, and it is served."""
+    with _rag(index_dir, embedder) as rag:
+        first = rag.query("What is the school color of Harvard?")
+        again = rag.query("What is the school color of Harvard University?")
+        assert again.cache_layer == "semantic" and again.answer == first.answer
+        (why,) = _flags(again, "semantic_hit: served (evidence")
+        assert "cited chunks in the new top" in why
+        assert rag.retrieval_calls == [1, 1]  # the evidence check used the retrieval run for the miss
+
+
 def test_near_miss_with_different_evidence_is_generated_and_says_why(index_dir, embedder):
     # a grey zone as wide as it goes (any score, any cosine) so that only the evidence decides: the top chunk
     with _rag(index_dir, embedder, top_k=1, evidence_floor=0.0, evidence_min_score=0.0) as rag:

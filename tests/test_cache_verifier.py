@@ -104,6 +104,28 @@ def test_a_one_sided_modifier_between_questions_needs_the_higher_contrast_bar(em
     assert hit is not None and decisions[-1].bar == model.threshold
 
 
+def test_a_name_written_out_is_the_same_question_within_a_conversation(embedder):
+    """CANARD's rewrites: "Where did Skelton perform?" / "Where did Red Skelton perform?" differ only by the
+    name written out. In one conversation's scope (the history fixes who is meant) it is served ("name"); in
+    an open scope it is a grey near miss that only evidence agreement may serve; another question about a
+    longer name ("When" / "Where was John Smith born?") stays a hard entity refusal."""
+    from dataclasses import replace
+    from ragbudget.cache import guards
+    stored, asked = "Where did Skelton perform?", "Where did Red Skelton perform?"
+    assert guards.explain(stored, asked).reason == "name" and not guards.explain(stored, asked).hard
+    assert guards.explain("When was Smith born?", "Where was John Smith born?").reason == "entities"
+    assert guards.explain("Did Apple sue Samsung?", "Did Apple sue Samsung Electronics?").reason == "name"
+    assert guards.explain("Did Apple sue Samsung?", "Did Apple sue Google?").hard
+    talk = replace(SCOPE, conversation="c1")
+    cache = _cache(embedder)
+    for scope in (talk, SCOPE):
+        cache.store(scope, stored, {"answer": "In vaudeville."})
+    hit, decisions = cache.lookup_explained(talk, asked)
+    assert hit is not None and decisions[-1].reason == "name" and decisions[-1].accepted
+    hit, decisions = cache.lookup_explained(SCOPE, asked)
+    assert hit is None and decisions[0].reason == "name" and decisions[0].grey and not decisions[0].hard
+
+
 def test_hard_refusals_are_never_scored(embedder):
     cache = _cache(embedder, verifier_min_score=0.0)  # even a bar of 0 does not serve a contrast
     for stored, asked in (("How do I enable two-factor authentication?", "How do I disable two-factor authentication?"),

@@ -4,7 +4,10 @@ A high cosine says two questions talk about the same thing, not that they ask th
 semantic hit is rejected when the stored and the new question differ in
 
 - numbers (digits or number words: "8" = "eight"; "4.4%" ≠ "4.6%"),
-- named entities (capitalised tokens not opening a sentence, acronyms; "Gmail" ≠ "Outlook"),
+- named entities (capitalised tokens not opening a sentence, acronyms; "Gmail" ≠ "Outlook"); a name only
+  written out longer on one side ("Skelton" / "Red Skelton") in a question otherwise the same is a soft
+  ``name`` refusal instead (:func:`name_expansion`): the cache serves it within one conversation, or when
+  the new question's retrieval agrees with the cached answer's citations,
 - negation ("not", "no", "never", "n't", "without", ...),
 - content: too many content words (stemmed, stop words removed) on either side that the other lacks —
   the typical false paraphrase adds or drops a clause ("... although it is first among 18-49s"),
@@ -120,6 +123,28 @@ def _unmentioned(ents: frozenset[str], other: str) -> bool:
     return not ents <= words
 
 
+def name_expansion(stored: str, new: str) -> tuple[str, str] | None:
+    """When the two differ in entities only because one side writes a name out longer — each extra entity
+    word in a run of capitalised words that holds an entity both sides name ("Red Skelton" / "Skelton",
+    "Gottfried Wilhelm Leibniz" / "Leibniz") — the two texts with those extra words left out; else None."""
+    ea, eb = entities(stored), entities(new)
+    for long, el, es in ((stored, ea, eb), (new, eb, ea)):
+        extra, shared = el - es, el & es
+        if not extra or not es <= el or not shared:
+            continue
+        toks = [(m.group(0), re.sub(r"['’]s$", "", m.group(0).casefold())) for m in UNICODE_WORD.finditer(long)]
+        runs: list[set[str]] = [set()]
+        for w, lw in toks:
+            if w[0].isupper():
+                runs[-1].add(lw)
+            elif runs[-1]:
+                runs.append(set())
+        if all(any(x in r and r & shared for r in runs) for x in extra):
+            short = " ".join(w for w, lw in toks if lw not in extra)
+            return (short, new) if long is stored else (stored, short)
+    return None
+
+
 def _side_unmatched(mine: frozenset[str], other: frozenset[str], s: GuardSettings) -> bool:
     missing = len(mine - other)
     return missing > s.max_unmatched and missing > s.max_unmatched_ratio * max(len(mine), 1)
@@ -142,6 +167,9 @@ def explain(stored: str, new: str, settings: GuardSettings = GuardSettings(),
     if settings.negation and negation_count(stored) != negation_count(new):
         return contrast.Verdict("negation", hard=True)
     if settings.entities and (_unmentioned(entities(stored), new) or _unmentioned(entities(new), stored)):
+        shorter = name_expansion(stored, new)
+        if shorter is not None and explain(*shorter, settings, similarity).reason is None:
+            return contrast.Verdict("name")  # the same question, one name written out (see name_expansion)
         return contrast.Verdict("entities", hard=True)
     if settings.contrast:
         big = 1 << 30

@@ -8,7 +8,9 @@ scope is searched through a sign sketch and rescored exactly). A lookup takes th
 
 1. the guards and the contrast verifier (:func:`~ragbudget.cache.guards.explain`). No objection: served
    ("lexical"). A *hard* objection (numbers, negation, entities, an antonym or class pair both sides state,
-   a role swap): refused, whatever follows.
+   a role swap): refused, whatever follows. A name written out longer on one side of a question otherwise
+   the same ("Skelton" / "Red Skelton", guards' ``name``): served within a conversation's scope, where the
+   history fixes who is meant; elsewhere a grey-zone near miss (below).
 2. a *soft* objection (an unexplained substitution, a one-sided modifier, extra words) goes to the learned
    verifier (:mod:`~ragbudget.cache.verifier`, ``verifier: learned``): served when its probability reaches
    the model's threshold — raised per entry by negative feedback (:meth:`feedback`, as vCache learns
@@ -76,7 +78,7 @@ class Decision:
     stored_question: str
     similarity: float
     accepted: bool
-    reason: str  # served: "lexical" | "learned"; refused: a guard's name, "hook", "feedback" or "missing"
+    reason: str  # served: "lexical" | "learned" | "name"; refused: a guard's name, "hook", "feedback" or "missing"
     hard: bool = False  # refused on evidence of a different question (no score could serve it)
     objection: str | None = None  # the soft objection the learned verifier overruled or upheld
     score: float | None = None  # the learned verifier's probability
@@ -183,10 +185,17 @@ class SemanticResponseCache:
             return [(float(s), sc.questions[i], sc.keys[i]) for i, s in zip(rows.tolist(), sims.tolist())
                     if s >= floor and sc.expires[i] > now]
 
-    def decide(self, stored: str, question: str, similarity: float, key: str = "") -> Decision:
-        """The guards, then (for a soft objection) the learned verifier, then the hook, on one candidate."""
+    def decide(self, stored: str, question: str, similarity: float, key: str = "", *,
+               conversation: bool = False) -> Decision:
+        """The guards, then (for a soft objection) the learned verifier, then the hook, on one candidate.
+
+        ``conversation``: the scope is one conversation's (its history is part of the key), where a name
+        written out longer ("Skelton" / "Red Skelton") names the same person; elsewhere such a near miss
+        is served only by evidence agreement."""
         v = guards.explain(stored, question, self.guard)
-        if v.reason is not None:
+        if v.reason == "name" and not conversation:
+            return Decision(stored, similarity, False, "name")  # grey: evidence agreement may serve it
+        if v.reason is not None and v.reason != "name":
             if v.hard or self.learned is None:
                 if v.hard or self._evidence_model is None or not self.config.evidence:
                     return Decision(stored, similarity, False, v.reason, hard=v.hard)
@@ -204,7 +213,7 @@ class SemanticResponseCache:
             bump = self._raise.get(key, 0.0)  # an entry found wrong needs a closer question to be served again
             if bump and similarity < min(self.config.threshold + bump, 1.0):
                 return Decision(stored, similarity, False, "feedback", objection="lexical")
-            ok = Decision(stored, similarity, True, "lexical")
+            ok = Decision(stored, similarity, True, v.reason or "lexical")
         if self.verifier is not None and not self.verifier(stored, question):
             return Decision(stored, similarity, False, "hook", objection=ok.objection, score=ok.score, bar=ok.bar)
         return ok
@@ -221,7 +230,7 @@ class SemanticResponseCache:
         cfg = self.config
         floor = min(cfg.threshold, cfg.evidence_floor) if cfg.evidence else cfg.threshold
         for sim, stored_q, key in self.candidates(scope, question, embedding, floor):
-            d = self.decide(stored_q, question, sim, key)
+            d = self.decide(stored_q, question, sim, key, conversation=bool(scope.conversation))
             if sim < cfg.threshold:  # below the bar for a hit: at most a near miss for evidence agreement
                 d = replace(d, accepted=False, reason="similarity" if d.accepted else d.reason)
             if not d.accepted:
@@ -258,7 +267,7 @@ class SemanticResponseCache:
         cfg = self.config
         if not cfg.evidence or d.hard or d.reason in ("hook", "feedback") or d.similarity < cfg.evidence_floor:
             return replace(d, key=key)
-        if d.reason == "similarity":  # would have been served but for the cosine threshold
+        if d.reason in ("similarity", "name"):  # would have been served but for the threshold / the scope
             return replace(d, key=key, grey=True)
         score, bar = d.score, d.bar  # decide() scored it (the learned verifier, or the model for evidence)
         if score is None or bar is None:

@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     pairs = select(load_pairs(args.pairs), args.split)
     embedder = SentenceTransformerEmbedder(cfg.embedding.model_copy(update={"cache": False}))
     if args.sweep:
-        rows = evaluate_pairs(pairs, embedder, sem, thresholds=_thresholds(args.sweep))
+        rows = evaluate_pairs(pairs, embedder, sem, thresholds=_thresholds(args.sweep), conversation=args.conversation)
         table = Table(title=f"semantic cache on {args.pairs} ({len(pairs)} pairs, guards "
                             f"{'on' if sem.guards else 'off'}, contrast {'on' if sem.guard_contrast else 'off'})")
         for col in ("threshold", "hit_rate", "95% CI", "false_hit_rate", "95% CI", "rejected_by_guard"):
@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             Console().print(table)
         return 0
-    (r,) = evaluate_pairs(pairs, embedder, sem)
+    (r,) = evaluate_pairs(pairs, embedder, sem, conversation=args.conversation)
     if args.json:
         print(json.dumps(r))
     else:
@@ -92,5 +92,7 @@ def add_eval_parser(eval_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-score", type=float, default=None, help="learned verifier's bar (default: the model's)")
     p.add_argument("--split", default=None,
                    help="evaluate a subset: even or odd rows, or a value of the pairs file's split column")
+    p.add_argument("--conversation", action="store_true",
+                   help="each pair is one conversation's follow-up worded twice (a shared conversation scope)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.set_defaults(handler=_run)

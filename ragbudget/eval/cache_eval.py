@@ -84,7 +84,7 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embedder,
-           config: SemanticCacheConfig, verifier: Verifier | None) -> dict[str, Any]:
+           config: SemanticCacheConfig, verifier: Verifier | None, conversation: bool = False) -> dict[str, Any]:
     cache = SemanticResponseCache(MemoryBackend(max_entries=len(pairs) + 1), embedder,
                                   config.model_copy(update={"max_entries": len(pairs) + 1}), verifier=verifier)
     hits = {0: 0, 1: 0}
@@ -94,7 +94,7 @@ def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embe
     refused: dict[str, int] = {}
     for i, (p, a, b) in enumerate(zip(pairs, va, vb)):
         scope = ResponseScope(tenant=f"pair-{i}", index_version="eval", prompt_version="eval", model_tier="eval",
-                              max_tokens=0)
+                              max_tokens=0, conversation=f"conversation-{i}" if conversation else "")
         cache.store(scope, p.text_a, {"answer": f"answer-{i}"}, embedding=a)
         hit, decisions = cache.lookup_explained(scope, p.text_b, embedding=b)
         for d in decisions:
@@ -120,10 +120,15 @@ def _score(pairs: Sequence[Pair], va: np.ndarray, vb: np.ndarray, embedder: Embe
 
 
 def evaluate_pairs(pairs: Sequence[Pair], embedder: Embedder, config: SemanticCacheConfig | None = None, *,
-                   thresholds: Sequence[float] | None = None, verifier: Verifier | None = None) -> list[dict[str, Any]]:
-    """One result dict per threshold (default: the config's). Texts are embedded once, in batches."""
+                   thresholds: Sequence[float] | None = None, verifier: Verifier | None = None,
+                   conversation: bool = False) -> list[dict[str, Any]]:
+    """One result dict per threshold (default: the config's). Texts are embedded once, in batches.
+
+    ``conversation``: each pair is two wordings of one conversation's follow-up (CANARD's rewrites), so both
+    share a conversation scope, as they would in the pipeline."""
     cfg = config or SemanticCacheConfig()
     va = embedder.embed([p.text_a for p in pairs])
     vb = embedder.embed([p.text_b for p in pairs])
     ts = list(thresholds) if thresholds else [cfg.threshold]
-    return [_score(pairs, va, vb, embedder, cfg.model_copy(update={"threshold": float(t)}), verifier) for t in ts]
+    return [_score(pairs, va, vb, embedder, cfg.model_copy(update={"threshold": float(t)}), verifier, conversation)
+            for t in ts]
