@@ -170,14 +170,14 @@ def ask_llamaindex(index: VectorStoreIndex, llm: GeneratorLLM, q: dict) -> dict[
 # ------------------------------------------------------------------ one set
 def run_set(name: str, data: Path, work: Path, emb: SentenceTransformerEmbedder, model: Path, n: int,
             n_ctx: int, threads: int, log: Callable[[str], None], *, offset: int = 0,
-            variants: dict[str, dict] | None = None, baseline: bool = True) -> dict[str, Any]:
+            variants: dict[str, dict] | None = None, baseline: bool = True, max_tokens: int = 256) -> dict[str, Any]:
     """One set: ragbudget (its defaults, or each of ``variants``: config overrides) against LlamaIndex's
     defaults (``baseline``), questions ``offset`` … ``offset + n``, interleaved, the first system alternating."""
     corpus, qs = load_set(name, data, work, emb, n + offset)
     qs = qs[offset:offset + n]
     variants = variants or {"ragbudget": {}}
     tier = {"name": "smollm2", "backend": "llamacpp", "model": str(model), "context_window": n_ctx, "n_ctx": n_ctx,
-            "n_threads": threads, "max_output_tokens": 256, "timeout_s": 300.0, "first_token_timeout_s": 120.0}
+            "n_threads": threads, "max_output_tokens": max_tokens, "timeout_s": 300.0, "first_token_timeout_s": 120.0}
     ours_gen = LlamaCppGenerator(str(model), n_ctx=n_ctx, n_threads=threads)
     rags: dict[str, RAG] = {}
     for vname, over in variants.items():
@@ -194,7 +194,7 @@ def run_set(name: str, data: Path, work: Path, emb: SentenceTransformerEmbedder,
         base_gen = LlamaCppGenerator(str(model), n_ctx=n_ctx, n_threads=threads)
         index = VectorStoreIndex.from_documents(read_corpus(corpus),
                                                 embed_model=RagbudgetEmbedding(emb, fresh_queries=True))
-        llm = GeneratorLLM(base_gen, context_window=n_ctx, num_output=256, model_name=model.name)
+        llm = GeneratorLLM(base_gen, context_window=n_ctx, num_output=max_tokens, model_name=model.name)
     ours: dict[str, list[dict]] = {v: [] for v in rags}
     base: list[dict] = []
     try:
@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                          'the one compared with LlamaIndex)')
     ap.add_argument("--no-baseline", action="store_true", help="ragbudget's variants only, no LlamaIndex")
     ap.add_argument("--work", default=None, help="keep indexes and embeddings here between runs (default: a temp dir)")
+    ap.add_argument("--max-tokens", type=int, default=256,
+                    help="output cap of both systems (256: LlamaIndex's default); 1 measures prompt tokens and "
+                         "TTFT over many questions fast (accuracy is then meaningless)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--write", default=None, help="update the real-answer headline in this BENCHMARKS.md")
     args = ap.parse_args(argv)
@@ -329,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         emb.warm_up()
         for name in [s.strip() for s in args.sets.split(",") if s.strip()]:
             out["sets"][name] = run_set(name, data, work, emb, model, args.n, args.n_ctx, args.threads, log,
-                                        offset=args.offset, variants=variants or None, baseline=not args.no_baseline)
+                                        offset=args.offset, variants=variants or None, baseline=not args.no_baseline,
+                                        max_tokens=args.max_tokens)
             log(f"{name} done: {json.dumps({k: v for k, v in out['sets'][name].items() if k != 'samples'})}")
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out, indent=1))
