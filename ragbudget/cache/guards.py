@@ -168,7 +168,7 @@ def explain(stored: str, new: str, settings: GuardSettings = GuardSettings(),
         return contrast.Verdict("negation", hard=True)
     if settings.entities and (_unmentioned(entities(stored), new) or _unmentioned(entities(new), stored)):
         shorter = name_expansion(stored, new)
-        if shorter is not None and explain(*shorter, settings, similarity).reason is None:
+        if shorter is not None and explain(*shorter, replace(settings, entities=False), similarity).reason is None:
             return contrast.Verdict("name")  # the same question, one name written out (see name_expansion)
         return contrast.Verdict("entities", hard=True)
     if settings.contrast:
