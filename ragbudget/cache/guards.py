@@ -84,13 +84,21 @@ def negation_count(text: str) -> int:
     return n
 
 
+_POSSESSIVE = re.compile(r"['’]s$")
+
+
+def _name_key(word: str) -> str:
+    """How an entity word is compared: casefolded, without a possessive ("Skelton's" → skelton)."""
+    return _POSSESSIVE.sub("", word.casefold())
+
+
 def entities(text: str) -> frozenset[str]:
     """Named-entity-like tokens: capitalised words that do not open a sentence, acronyms, CamelCase."""
     out: set[str] = set()
     for m in UNICODE_WORD.finditer(text.replace(".", "") if re.search(r"\b(?:[A-Z]\.){2,}", text) else text):
         w = m.group(0)
         lw = w.casefold()
-        base = re.sub(r"['’]s$", "", lw)
+        base = _name_key(w)
         if not w[0].isupper() or base in _NOT_ENTITIES or lw in NUMBER_WORDS or base.isdigit():
             continue
         at_start = bool(_SENTENCE_START.search(text[:m.start()]))
@@ -119,7 +127,7 @@ def _unmentioned(ents: frozenset[str], other: str) -> bool:
     """True when some entity is not mentioned (in any case) in ``other``."""
     if not ents:
         return False
-    words = {re.sub(r"['’]s$", "", w.casefold()) for w in unicode_words(other.replace(".", ""))}
+    words = {_name_key(w) for w in unicode_words(other.replace(".", ""))}
     return not ents <= words
 
 
@@ -132,7 +140,7 @@ def name_expansion(stored: str, new: str) -> tuple[str, str] | None:
         extra, shared = el - es, el & es
         if not extra or not es <= el or not shared:
             continue
-        toks = [(m.group(0), re.sub(r"['’]s$", "", m.group(0).casefold())) for m in UNICODE_WORD.finditer(long)]
+        toks = [(m.group(0), _name_key(m.group(0))) for m in UNICODE_WORD.finditer(long)]
         runs: list[set[str]] = [set()]
         for w, lw in toks:
             if w[0].isupper():
