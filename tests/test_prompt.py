@@ -106,7 +106,8 @@ def test_document_headers_name_the_document_never_a_directory_or_collection():
             id="c", doc_id="d", text="Some text.", metadata=meta), score=1.0)]).messages[1].content
     assert "[1] refunds.md\nSome text." in one({"source": "/srv/tenant-a/private/refunds.md"})
     assert "/srv" not in one({"source": "/srv/tenant-a/private/refunds.md"})
-    assert "[1]\nSome text." in one({"source": "/data/corpus.jsonl"})  # a record: the file says nothing
+    # a record: the file says nothing, and a bare number opens the text's line (no token for a line break)
+    assert "<documents>\n[1] Some text.\n</documents>" in one({"source": "/data/corpus.jsonl"})
     assert "[1] Refund policy\n" in one({"source": "/data/corpus.jsonl", "title": "Refund policy"})
     assert "[1] notes.txt\n" in one({"source": "C:\\Users\\me\\notes.txt#3"})
 
@@ -118,6 +119,6 @@ def test_a_record_title_the_text_already_opens_with_is_not_paid_twice():
             score=1.0)]).messages[1].content
     # how a record is indexed: "title\n\ntext" — the header is the number alone
     user = one("Refund policy\n\nRefunds take 14 days.", "Refund policy")
-    assert "[1]\nRefund policy\n\nRefunds take 14 days." in user and user.count("Refund policy") == 1
+    assert "[1] Refund policy\n\nRefunds take 14 days." in user and user.count("Refund policy") == 1
     # a chunk whose text does not open with the title (trimmed to a later sentence) keeps it in the header
     assert "[1] Refund policy\nRefunds take 14 days." in one("Refunds take 14 days.", "Refund policy")

@@ -308,3 +308,72 @@ def test_a_title_line_the_first_sentence_repeats_is_paid_for_once(scorer):
     assert "Shellite (explosive)" not in rendered  # "Shellite is …" names it: no "[1] Shellite (explosive)" header
     assert rendered.count("Memphis Hustle") == 1 and rendered.count("Warren") == 1  # nor a header repeating it
     assert rendered.count("Oyewale Tomori") == 1
+
+
+def _hotpot_record(shared_data, doc_id):
+    import json
+    with (shared_data / "eval" / "hotpot_dev" / "corpus.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec["_id"] == doc_id:
+                return rec
+    raise AssertionError(f"{doc_id} not in hotpot_dev")
+
+
+def test_glosses_in_a_script_the_question_does_not_use_are_not_sent(scorer, shared_data):
+    """A real HotpotQA record: Gorbachev's first sentence glosses his name in Cyrillic. An English question gets
+    the sentence without that part of the parenthesis (its birth date stays); a question that names the gloss's
+    language ("… his Russian name?") or is written in its script keeps it; the option off keeps everything."""
+    rec = _hotpot_record(shared_data, "Mikhail_Gorbachev")
+    cands = _docs([(rec["title"], rec["title"] + "\n\n" + rec["text"])], [0.9])
+    cfg = TrimConfig(gap_window=0, bridge=0, evidence_floor=0.9)
+
+    def first(q, **over):
+        r = trim_chunks(q, cands, 400, TOK, scorer, cfg.model_copy(update=over))
+        return r.kept[0].chunk.text, r.used
+
+    q = "When was the former Soviet statesman Mikhail Gorbachev born?"
+    text, used = first(q)
+    assert "born 2 March 1931" in text and "Gorbachev" in text
+    assert not any("\u0400" <= ch <= "\u04ff" for ch in text) and "]" not in text.split("is a former")[0]
+    full, used_full = first(q, drop_foreign_glosses=False)
+    assert "\u0413\u043e\u0440\u0431\u0430\u0447" in full and used < used_full - 10  # Cyrillic is costly in tokens
+    assert "\u0413\u043e\u0440\u0431\u0430\u0447" in first("What is Mikhail Gorbachev's Russian name?")[0]
+    assert "\u0413\u043e\u0440\u0431\u0430\u0447" in first("Когда родился Mikhail Gorbachev, Soviet statesman?")[0]
+
+
+def test_drop_foreign_glosses_keeps_what_the_reader_can_use():
+    from ragbudget.budget.evidence import prune_parentheses as drop_foreign_glosses, question_scripts
+    latin = question_scripts("Where is it?")
+    words = frozenset({"where"})
+    assert drop_foreign_glosses('Seven Brief Lessons (Italian: "" ) is a book.', latin, words) == \
+        "Seven Brief Lessons is a book."  # a label whose text is gone goes too
+    assert drop_foreign_glosses("Beijing (\u5317\u4eac) has 21 million people (2020).", latin, words) == \
+        "Beijing has 21 million people (2020)."
+    assert drop_foreign_glosses("Gorbachev (/\u02c8\u0261\u0254\u02d0rb\u0259t\u0283\u0252f/; born 1931) was.",
+                                latin, words) == "Gorbachev (born 1931) was."  # a pronunciation
+    kept = "The Lyc\u00e9e Henri-IV (French: Lyc\u00e9e Henri-IV) is in Paris (France)."
+    assert drop_foreign_glosses(kept, latin, words) == kept  # Latin script, accents or not, stays
+
+
+def test_life_dates_go_only_when_the_question_does_not_ask_about_time(scorer, shared_data):
+    """A real HotpotQA record opening with life dates: a question about clubs gets the sentence without them; a
+    question asking when (or which came first) keeps them; ``drop_unasked_dates: false`` keeps them always."""
+    from ragbudget.budget.evidence import asks_about_time
+    rec = _hotpot_record(shared_data, "Ernest_Mangnall")
+    cands = _docs([(rec["title"], rec["title"] + "\n\n" + rec["text"])], [0.9])
+    cfg = TrimConfig(gap_window=0, bridge=0, evidence_floor=0.9)
+
+    def first(q, **over):
+        return trim_chunks(q, cands, 400, TOK, scorer, cfg.model_copy(update=over)).kept[0].chunk.text
+
+    clubs = "Which clubs did the English football manager Ernest Mangnall manage?"
+    assert not asks_about_time(clubs) and asks_about_time("When did Ernest Mangnall die?")
+    assert "1866" not in first(clubs) and "Manchester United" in first(clubs)
+    assert "1866" in first(clubs, drop_unasked_dates=False)
+    assert "1866" in first("When was the football manager Ernest Mangnall born?")
+    assert "1866" in first("Who was born first, Ernest Mangnall or Alex Ferguson?")
+    from ragbudget.budget.evidence import prune_parentheses, question_scripts
+    latin = question_scripts("Which?")
+    assert prune_parentheses("Cards (5 and 6) and the band (formed in 1990).", latin, frozenset(), dates=True) == \
+        "Cards (5 and 6) and the band (formed in 1990)."  # numbers that are no dates, and words, stay

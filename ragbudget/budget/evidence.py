@@ -5,6 +5,7 @@ pronoun-led sentences, and the flow of a conversation through a document (the se
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 from typing import Callable, Mapping, Sequence
 
@@ -47,6 +48,75 @@ def drop_title_line(sentence: str, title: str) -> str:
         return sentence
     rest = rest.lstrip()
     return rest if names_title(rest, name) else sentence
+
+
+_PAREN = re.compile(r"\s*\(([^()]*)\)")
+_LABEL_ONLY = re.compile(r"^[^\W\d_]+(?: [^\W\d_]+)?:\W*$")  # "Italian: \"\"": a gloss whose text is gone
+
+
+def _script(ch: str) -> str:
+    """The script of a letter as its Unicode name begins (LATIN, CYRILLIC, CJK, GREEK…); IPA and modifier
+    letters (U+0250–U+02FF, pronunciations) count as their own script."""
+    if "\u0250" <= ch <= "\u02ff":
+        return "IPA"
+    return unicodedata.name(ch, "?").split(" ", 1)[0]
+
+
+def question_scripts(question: str) -> frozenset[str]:
+    """The scripts the question's letters are written in."""
+    return frozenset(_script(ch) for ch in question if ch.isalpha())
+
+
+_MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
+           "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
+# a part of a parenthesis that is dates and nothing else: "born 11 April 1973", "June 12, 1802 – December 21, 1867",
+# "c. 1320 BC – 1250 BC", "presumably on or after 8 May 1927"
+_DATES_ONLY = re.compile(r"^(?:\s|[,.–—\-/?]|\d{1,4}(?:st|nd|rd|th|s)?|born|b|died|d|c|ca|circa|fl|bc|bce|ad|ce|"
+                         r"presumably|probably|on|or|and|after|before|about|around|between|in|" + _MONTHS + r")+$",
+                         re.IGNORECASE)
+# a question that asks about time (when, a year, an age, an order in time) needs the dates
+_TEMPORAL = re.compile(r"\b(?:when|years?|born|birth\w*|die[ds]?|death|age[ds]?|old|older|oldest|young|younger|"
+                       r"youngest|earl(?:y|ier|iest)|lat(?:e|er|est)|first|last|before|after|dates?|century|"
+                       r"centuries|decades?|months?|days?|lived?|long|since|until|time|period|era|\d+)\b",
+                       re.IGNORECASE)
+
+
+def asks_about_time(question: str) -> bool:
+    """Does the question ask when, how old, in what year, or which came first?"""
+    return bool(_TEMPORAL.search(question))
+
+
+def prune_parentheses(sentence: str, scripts: frozenset[str], question_words: frozenset[str], *,
+                      glosses: bool = True, dates: bool = False) -> str:
+    """The sentence without the parts of its parentheses the question cannot use. A parenthesis is split at
+    ";"; a part holding one of ``question_words`` (lower case) always stays. With ``glosses``, a part holding a
+    letter of a script the question does not use goes — native names and pronunciations glossing a name
+    ("Mikhail Gorbachev ( ; Russian: Михаи́л Горбачёв ; ] ; born 2 March 1931)" → "(born 2 March 1931)"; "What
+    is his Russian name?" keeps it) — and so does what is left of such a gloss (punctuation, a bare label).
+    With ``dates`` (for a question that does not ask about time, :func:`asks_about_time`), a part that is
+    dates and nothing else goes too ("(born 11 April 1973)", "(June 12, 1802 – December 21, 1867)"). A
+    parenthesis with no part left goes whole; everything outside parentheses is kept as it is."""
+
+    def keep(part: str) -> bool:
+        words = {w.lower() for w in re.findall(r"\w+", part)}
+        if words & question_words:
+            return True
+        if glosses and any(ch.isalpha() and _script(ch) not in scripts for ch in part):
+            return False
+        if dates and _DATES_ONLY.match(part) and re.search(r"\d{3,4}", part):  # a year in it
+            return False
+        return bool(words) and not (glosses and _LABEL_ONLY.match(part.strip()))
+
+    def repl(m: re.Match[str]) -> str:
+        parts = [p.strip() for p in m.group(1).split(";")]
+        kept = [p for p in parts if keep(p)]
+        if len(kept) == len(parts):
+            return m.group(0)
+        return f" ({'; '.join(kept)})" if kept else ""
+
+    if not (glosses and scripts) and not dates or "(" not in sentence:
+        return sentence
+    return _PAREN.sub(repl, sentence)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n")

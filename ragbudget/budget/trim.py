@@ -22,8 +22,9 @@ from ..retrieval.rerank import Reranker
 from ..kernels.sentences import split_sentences
 from ..kernels.tokens import Tokenizer
 from ..types import Scored
-from .evidence import (TermsFn, WeightsFn, bare_title, default_terms, dialog_flow, drop_title_line, gap_limit,
-                       minmax, opens_with_reference, question_share, question_weights, retrieval_ranks)
+from .evidence import (TermsFn, WeightsFn, asks_about_time, bare_title, default_terms, dialog_flow,
+                       drop_title_line, gap_limit, minmax, opens_with_reference, prune_parentheses, question_scripts,
+                       question_share, question_weights, retrieval_ranks)
 
 GAP = " … "
 MIN_TRUNCATED_TOKENS = 8  # a cut sentence shorter than this carries no meaning; skip it instead
@@ -108,6 +109,15 @@ class SentencePlan:
             short = drop_title_line(ss[0], s.chunk.title) if ss else ""
             if short and short != ss[0]:
                 ss[0], tokens[ci][0] = short, tokenizer.count(short)
+        dates = cfg.drop_unasked_dates and not asks_about_time(query)
+        if cfg.drop_foreign_glosses or dates:  # scored as written, sent without the asides the question cannot use
+            scripts = question_scripts(query)
+            q_words = frozenset(w.lower() for w in re.findall(r"\w+", query) if len(w) > 2)
+            for ci, ss in enumerate(sents):
+                for j, x in enumerate(ss):
+                    short = prune_parentheses(x, scripts, q_words, glosses=cfg.drop_foreign_glosses, dates=dates)
+                    if short != x:
+                        ss[j], tokens[ci][j] = short, tokenizer.count(short)
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
                    term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query, flow=flow,
