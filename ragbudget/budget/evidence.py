@@ -114,7 +114,7 @@ def prune_parentheses(sentence: str, scripts: frozenset[str], question_words: fr
             return m.group(0)
         return f" ({'; '.join(kept)})" if kept else ""
 
-    if not (glosses and scripts) and not dates or "(" not in sentence:
+    if "(" not in sentence or not ((glosses and scripts) or dates):
         return sentence
     return _PAREN.sub(repl, sentence)
 

@@ -113,13 +113,6 @@ class TrimConfig(_Section):
     # a chosen sentence that opens with a pronoun or demonstrative ("He …", "This …") brings the sentence
     # before it, whatever sentence_window says
     anaphora: bool = True
-    # a kept sentence goes out without the parts of its parentheses written in a script the question does not
-    # use (native names, pronunciations: "( ; Russian: Михаи́л Горбачёв ; born 2 March 1931)" → "(born 2 March
-    # 1931)"); a part holding a word of the question stays
-    drop_foreign_glosses: bool = True
-    # for a question that does not ask about time (when, what year, how old, which came first…), a part of a
-    # parenthesis that is dates and nothing else goes too: "(born 11 April 1973)", "(1810 – 1867)"
-    drop_unasked_dates: bool = True
     # ...and once the context holds coverage_stop of the question's term weight (idf), a sentence under
     # coverage_floor × best is not needed either
     coverage_stop: float = Field(0.9, ge=0, le=1)
@@ -156,6 +149,13 @@ class TrimConfig(_Section):
     dialog_flow_match: float = Field(0.5, gt=0, le=1)
     # a sentence whose terms overlap a kept one's this much (Jaccard) is a near-duplicate and left out
     duplicate_similarity: float = Field(0.8, ge=0, le=1)
+    # a kept sentence goes out without the parts of its parentheses written in a script the question does not
+    # use (native names, pronunciations: "( ; Russian: Михаи́л Горбачёв ; born 2 March 1931)" → "(born 2 March
+    # 1931)"); a part holding a word of the question stays
+    drop_foreign_glosses: bool = True
+    # for a question that does not ask about time (when, what year, how old, which came first…), a part of a
+    # parenthesis that is dates and nothing else goes too: "(born 11 April 1973)", "(1810 – 1867)"
+    drop_unasked_dates: bool = True
     # latest conversation turns kept verbatim; older ones are compressed
     history_recent_turns: int = Field(4, ge=0)
     # how older turns are shortened: extractive (key sentences), llm (a summary by the small tier), none (dropped)
