@@ -352,6 +352,9 @@ def test_drop_foreign_glosses_keeps_what_the_reader_can_use():
         "Beijing has 21 million people (2020)."
     assert drop_foreign_glosses("Gorbachev (/\u02c8\u0261\u0254\u02d0rb\u0259t\u0283\u0252f/; born 1931) was.",
                                 latin, words) == "Gorbachev (born 1931) was."  # a pronunciation
+    assert drop_foreign_glosses("Atsushi Sakurai (\u6afb\u4e95 \u6566\u53f8 , Sakurai Atsushi , born March 7, 1966 in "
+                                "Fujioka, Gunma) is a singer.", latin, words) == \
+        "Atsushi Sakurai (Sakurai Atsushi, born March 7, 1966 in Fujioka, Gunma) is a singer."  # only the name goes
     kept = "The Lyc\u00e9e Henri-IV (French: Lyc\u00e9e Henri-IV) is in Paris (France)."
     assert drop_foreign_glosses(kept, latin, words) == kept  # Latin script, accents or not, stays
 

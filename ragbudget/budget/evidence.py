@@ -92,25 +92,32 @@ def prune_parentheses(sentence: str, scripts: frozenset[str], question_words: fr
     ";"; a part holding one of ``question_words`` (lower case) always stays. With ``glosses``, a part holding a
     letter of a script the question does not use goes — native names and pronunciations glossing a name
     ("Mikhail Gorbachev ( ; Russian: Михаи́л Горбачёв ; ] ; born 2 March 1931)" → "(born 2 March 1931)"; "What
-    is his Russian name?" keeps it) — and so does what is left of such a gloss (punctuation, a bare label).
+    is his Russian name?" keeps it; within a part, only the comma-separated pieces in that script go) — and so
+    does what is left of such a gloss (punctuation, a bare label).
     With ``dates`` (for a question that does not ask about time, :func:`asks_about_time`), a part that is
     dates and nothing else goes too ("(born 11 April 1973)", "(June 12, 1802 – December 21, 1867)"). A
     parenthesis with no part left goes whole; everything outside parentheses is kept as it is."""
 
-    def keep(part: str) -> bool:
+    def foreign(text: str) -> bool:
+        return any(ch.isalpha() and _script(ch) not in scripts for ch in text)
+
+    def clean(part: str) -> str:
+        """The part as it may stay ("" when it goes)."""
         words = {w.lower() for w in re.findall(r"\w+", part)}
         if words & question_words:
-            return True
-        if glosses and any(ch.isalpha() and _script(ch) not in scripts for ch in part):
-            return False
+            return part
+        if glosses and foreign(part):  # "櫻井 敦司 , Sakurai Atsushi , born … in Fujioka, Gunma": the name goes
+            part = ", ".join(x.strip() for x in part.split(",") if not foreign(x))
+        if glosses and _LABEL_ONLY.match(part.strip()):  # 'Italian: ""', or a label whose gloss just went
+            return ""
         if dates and _DATES_ONLY.match(part) and re.search(r"\d{3,4}", part):  # a year in it
-            return False
-        return bool(words) and not (glosses and _LABEL_ONLY.match(part.strip()))
+            return ""
+        return part if re.search(r"\w", part) else ""
 
     def repl(m: re.Match[str]) -> str:
         parts = [p.strip() for p in m.group(1).split(";")]
-        kept = [p for p in parts if keep(p)]
-        if len(kept) == len(parts):
+        kept = [c for c in map(clean, parts) if c]
+        if kept == parts:
             return m.group(0)
         return f" ({'; '.join(kept)})" if kept else ""
 
