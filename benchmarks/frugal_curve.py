@@ -7,7 +7,8 @@ Sets: ``squad2`` as shipped (one paragraph per record); ``squad2-long`` (its par
 into documents of up to ~3,000 tokens, see :mod:`ragbudget.eval.longdocs`); ``squad2-mixed`` (shuffled into
 documents of up to ~1,500 tokens); ``canard-dialogs`` (CANARD: one document per QuAC dialog holding its
 answers, the first 400 follow-ups as their human rewrites, the answer's first sentence as the answer; see
-:mod:`ragbudget.eval.followups`) — answers that do not echo the question's words. Questions and answers are
+:mod:`ragbudget.eval.followups`) — answers that do not echo the question's words; ``hotpot_dev`` (multi-hop:
+short Wikipedia paragraphs, each question needs two). ``--sets`` picks some. Questions and answers are
 unchanged. ragbudget: the built-in defaults
 (or ``--config``), the retrieved budget swept; LlamaIndex: ``SentenceSplitter()`` (1024/200), in-memory
 ``VectorStoreIndex``, dense top-k, whole chunks. Context tokens = cl100k tokens of the joined context text.
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default="../shared/data/eval", help="folder holding squad2/")
     ap.add_argument("--canard", default="../shared/data/canard", help="CANARD folder (dev.json)")
     ap.add_argument("--config", default=None)
+    ap.add_argument("--sets", default="squad2,squad2-long,squad2-mixed,canard-dialogs,hotpot_dev",
+                    help="comma-separated subset of the sets")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     cfg = load_config(args.config) if args.config else Config()
@@ -86,14 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     squad = Path(args.data) / "squad2"
     results = {}
     with tempfile.TemporaryDirectory(prefix="rb-curve-") as tmp:
-        sets = {"squad2": squad,
-                "squad2-long": Path(build_long_documents(squad, Path(tmp) / "long", tokens=3000, group="topic",
-                                                         embedder=emb)["out"]),
-                "squad2-mixed": Path(build_long_documents(squad, Path(tmp) / "mixed", tokens=1500,
-                                                          group="random")["out"]),
-                "canard-dialogs": canard_set(Path(args.canard), Path(tmp) / "canard")}
-        for name, folder in sets.items():
-            res = curve(folder, cfg, emb)
+        builders = {"squad2": lambda: squad,
+                    "squad2-long": lambda: Path(build_long_documents(squad, Path(tmp) / "long", tokens=3000,
+                                                                     group="topic", embedder=emb)["out"]),
+                    "squad2-mixed": lambda: Path(build_long_documents(squad, Path(tmp) / "mixed", tokens=1500,
+                                                                      group="random")["out"]),
+                    "canard-dialogs": lambda: canard_set(Path(args.canard), Path(tmp) / "canard"),
+                    "hotpot_dev": lambda: Path(args.data) / "hotpot_dev"}
+        wanted = [x.strip() for x in args.sets.split(",") if x.strip()]
+        unknown = sorted(set(wanted) - set(builders))
+        if unknown:
+            ap.error(f"unknown set(s) {unknown}; choose from {sorted(builders)}")
+        for name in wanted:
+            res = curve(builders[name](), cfg, emb)
             results[name] = res
             print(f"\n## {name}")
             print("ragbudget  " + "  ".join(f"{o['budget']}: {o['aic']:.3f} @ {o['tokens']:.0f}" for o in res["ragbudget"]))
