@@ -335,6 +335,8 @@ def test_glosses_in_a_script_the_question_does_not_use_are_not_sent(scorer, shar
     q = "When was the former Soviet statesman Mikhail Gorbachev born?"
     text, used = first(q)
     assert "born 2 March 1931" in text and "Gorbachev" in text
+    note = trim_chunks(q, cands, 400, TOK, scorer, cfg).stop_note
+    assert "asides:" in note and "left out" in note  # the ledger says text was shortened
     assert not any("\u0400" <= ch <= "\u04ff" for ch in text) and "]" not in text.split("is a former")[0]
     full, used_full = first(q, drop_foreign_glosses=False)
     assert "\u0413\u043e\u0440\u0431\u0430\u0447" in full and used < used_full - 10  # Cyrillic is costly in tokens

@@ -61,6 +61,7 @@ class SentencePlan:
     question: str = ""
     flow: list[tuple[int, int]] = field(default_factory=list)  # (chunk, sentence) after the last answer's
     followup: bool = False  # the question follows an answer in a conversation
+    pruned: dict[tuple[int, int], int] = field(default_factory=dict)  # (chunk, sentence) → tokens of asides left out
 
     @classmethod
     def build(cls, query: str, items: Sequence[Scored], tokenizer: Tokenizer,
@@ -110,6 +111,7 @@ class SentencePlan:
             if short and short != ss[0]:
                 ss[0], tokens[ci][0] = short, tokenizer.count(short)
         dates = cfg.drop_unasked_dates and not asks_about_time(query)
+        pruned: dict[tuple[int, int], int] = {}
         if cfg.drop_foreign_glosses or dates:  # scored as written, sent without the asides the question cannot use
             scripts = question_scripts(query)
             q_words = frozenset(w.lower() for w in re.findall(r"\w+", query) if len(w) > 2)
@@ -117,11 +119,13 @@ class SentencePlan:
                 for j, x in enumerate(ss):
                     short = prune_parentheses(x, scripts, q_words, glosses=cfg.drop_foreign_glosses, dates=dates)
                     if short != x:
-                        ss[j], tokens[ci][j] = short, tokenizer.count(short)
+                        n = tokenizer.count(short)
+                        pruned[(ci, j)] = tokens[ci][j] - n
+                        ss[j], tokens[ci][j] = short, n
         chunk_tokens = [tokenizer.count(_text_of(s)) for s in items]
         return cls(items=items, sentences=sents, tokens=tokens, scores=scores, chunk_tokens=chunk_tokens,
                    term_sets=term_sets, lexical=lexical, query_weights=q_weights, question=query, flow=flow,
-                   followup=bool(previous_answer))
+                   followup=bool(previous_answer), pruned=pruned)
 
     def pack(self, budget: int, cfg: TrimConfig, tokenizer: Tokenizer, *,
              overhead_per_chunk: int = 0) -> TrimResult:
@@ -253,6 +257,10 @@ class SentencePlan:
                 note = (note + "; " if note else "") + (
                     f"whole chunk of the best sentence added ({used - before} tokens): that sentence holds "
                     f"{best_lex:.0%} of the question's term weight")
+        saved = sum(self.pruned.get((ci, j), 0) for ci, picks in chosen.items() for j in picks)
+        if saved > 0:
+            note = (note + "; " if note else "") + (
+                f"asides: {saved} tokens of parenthesised glosses or dates the question does not ask for left out")
         return self._result(chosen, used, cfg, truncated, stop=stop, note=note)
 
     def _bridge(self, chosen: dict[int, dict[int, str]], limit: int, per_doc: int,
