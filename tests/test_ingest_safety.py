@@ -115,3 +115,16 @@ def test_service_ingest_of_a_folder_with_a_fifo_finishes(tmp_path, embedder):
             os.close(fd)
         assert st["state"] == "done", st
         assert st["detail"]["documents"] == 1
+
+
+def test_json_depth_is_checked_before_parsing():
+    """The deep line is refused without recursing (a finaliser run by a garbage collection at the edge of the
+    stack fails with an unraisable RecursionError); brackets inside strings do not count; 256 levels pass."""
+    import json
+
+    from ragbudget.kernels.safe_values import json_too_deep
+    assert json_too_deep("[" * 200000 + "]" * 200000)
+    assert json_too_deep('{"m": ' + "[" * 257 + "]" * 257 + "}")
+    ok = '{"m": ' + "[" * 255 + "]" * 255 + "}"
+    assert not json_too_deep(ok) and json.loads(ok)
+    assert not json_too_deep('{"text": "' + "[{" * 5000 + '", "q": "\\\\\\" [[["}')  # in strings, escapes too

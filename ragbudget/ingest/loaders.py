@@ -26,7 +26,7 @@ from bs4 import BeautifulSoup
 from pypdf import PdfReader
 
 from ..errors import IdCollisionError, IngestError, PathRefusedError
-from ..kernels.safe_values import unsafe_reason
+from ..kernels.safe_values import json_too_deep, unsafe_reason
 from ..types import Document
 from .paths import PathPolicy, SkipFile, read_bounded
 
@@ -178,6 +178,9 @@ def load_jsonl_bytes(raw: bytes, where: str, report: LoadReport) -> list[Documen
         if not line.strip():
             continue
         loc = f"{where}:{lineno}"
+        if json_too_deep(line):
+            report.skip(loc, "JSON nested too deeply")
+            continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as err:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, AsyncContextManager, Callable, Iterable, Protocol
 
 from ..errors import AdmissionError, QueryError, RagBudgetError
-from ..kernels.safe_values import unsafe_reason
+from ..kernels.safe_values import json_too_deep, unsafe_reason
 from ..types import Answer, Message
 
 Progress = Callable[[int, int], None]  # (finished so far, total)
@@ -100,6 +100,8 @@ def parse_lines(lines: Iterable[str], source: str = "input") -> list[BatchItem]:
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        if json_too_deep(line):
+            raise QueryError(f"{source} line {n}: JSON nested too deeply", fix="one flat JSON object per line")
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
