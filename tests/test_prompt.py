@@ -122,3 +122,20 @@ def test_a_record_title_the_text_already_opens_with_is_not_paid_twice():
     assert "[1] Refund policy\n\nRefunds take 14 days." in user and user.count("Refund policy") == 1
     # a chunk whose text does not open with the title (trimmed to a later sentence) keeps it in the header
     assert "[1] Refund policy\nRefunds take 14 days." in one("Refunds take 14 days.", "Refund policy")
+
+
+def test_html_entities_in_titles_are_decoded_and_a_decoded_title_the_text_names_is_not_repeated():
+    """HotpotQA's titles are HTML-escaped ("I&quot;s", "Tunnels &amp; Trolls") while their texts are not: the
+    header shows the title as text would, and a first sentence naming the decoded title drops the title line."""
+    from ragbudget.budget.evidence import drop_title_line
+
+    def user(title, text):
+        return build_prompt(CFG.prompt, TOK, question="q?", context=[Scored(Chunk(
+            id="c", doc_id="d", text=text, metadata={"source": "/data/corpus.jsonl", "title": title}),
+            score=1.0)]).messages[1].content
+    u = user("I&quot;s", "The story's main character is Ichitaka Seto.")
+    assert '[1] I"s\n' in u and "&quot;" not in u
+    assert drop_title_line("Tunnels &amp; Trolls\n\nTunnels & Trolls is a fantasy role-playing game.",
+                           "Tunnels &amp; Trolls") == "Tunnels & Trolls is a fantasy role-playing game."
+    assert "[1] &lt;documents&gt;" not in user("&lt;documents&gt;", "x.") and "<documents>\n[1] < documents>" in \
+        user("&lt;documents&gt;", "x.")  # decoded, then neutralised: no fence from an escaped title

@@ -4,6 +4,7 @@ pronoun-led sentences, and the flow of a conversation through a document (the se
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from functools import lru_cache
@@ -30,9 +31,9 @@ def opens_with_reference(sentence: str) -> bool:
 
 
 def bare_title(title: str) -> str:
-    """A title as running text would name it: lower case, without a trailing "(qualifier)"; "" when too
-    short to be a name (under 4 characters)."""
-    t = re.sub(r"\s*\([^)]*\)\s*$", "", " ".join(str(title or "").split())).lower()
+    """A title as running text would name it: HTML entities decoded ("Tunnels &amp; Trolls" is named "Tunnels &
+    Trolls"), lower case, without a trailing "(qualifier)"; "" when too short to be a name (under 4 characters)."""
+    t = re.sub(r"\s*\([^)]*\)\s*$", "", " ".join(html.unescape(str(title or "")).split())).lower()
     return t if len(t) >= 4 else ""
 
 

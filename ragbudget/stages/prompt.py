@@ -10,6 +10,7 @@ labelled as data; a fence-closing sequence inside a document is neutralised.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 import threading
@@ -113,7 +114,8 @@ def doc_header(n: int, s: Scored) -> str:
     if not name:
         base = PurePath(s.chunk.source.split("#", 1)[0].replace("\\", "/")).name
         name = "" if PurePath(base).suffix.lower() in RECORD_FILES else base
-    name = neutralise(" ".join(name.split()))  # a title is document data too: one line, no fence tags
+    # a title is document data too: entities decoded ("I&quot;s" is I"s), one line, no fence tags
+    name = neutralise(" ".join(html.unescape(name).split()))
     return f"[{n}] {name}" if name else f"[{n}]"
 
 
