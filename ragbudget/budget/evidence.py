@@ -98,6 +98,8 @@ def prune_parentheses(sentence: str, scripts: frozenset[str], question_words: fr
     With ``dates`` (for a question that does not ask about time, :func:`asks_about_time`), a part that is
     dates and nothing else goes too ("(born 11 April 1973)", "(June 12, 1802 – December 21, 1867)"). A
     parenthesis with no part left goes whole; everything outside parentheses is kept as it is."""
+    if "(" not in sentence or not ((glosses and scripts) or dates):  # most sentences: nothing to look at
+        return sentence
 
     def foreign(text: str) -> bool:
         return any(ch.isalpha() and _script(ch) not in scripts for ch in text)
@@ -122,8 +124,6 @@ def prune_parentheses(sentence: str, scripts: frozenset[str], question_words: fr
             return m.group(0)
         return f" ({'; '.join(kept)})" if kept else ""
 
-    if "(" not in sentence or not ((glosses and scripts) or dates):
-        return sentence
     return _PAREN.sub(repl, sentence)
 
 

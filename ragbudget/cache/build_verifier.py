@@ -95,8 +95,9 @@ def build(sets: list[tuple[Path, float, bool]], floor: float, max_false: float, 
         added = sum(1 for i in neg if i in probs and probs[i] >= thr)
         return added / max(len(neg), 1)
 
+    grid = np.round(np.arange(0.50, 1.0, 0.01), 2)  # the bars' candidates
+
     def bar(questions: bool) -> float:
-        grid = np.round(np.arange(0.50, 1.0, 0.01), 2)
         m = margin_questions if questions else margin
         return float(next((t for t in grid if extra_false(questions, t, oof) <= m * max_false), 0.99))
 
@@ -104,8 +105,7 @@ def build(sets: list[tuple[Path, float, bool]], floor: float, max_false: float, 
         """The one-sided-contrast questions' bar: the smallest from ``start`` at which none of the bounding
         sets' label-0 pairs of that kind is served out of fold (they are few: one would exceed any share)."""
         neg = [i for i, r in enumerate(scored) if sets[r[0]][2] and r[1] == 0 and contrasts[i] and i in oof]
-        grid = [t for t in np.round(np.arange(0.50, 1.0, 0.01), 2) if t >= start]
-        return float(next((t for t in grid if not any(oof[i] >= t for i in neg)), 0.99))
+        return float(next((t for t in grid if t >= start and not any(oof[i] >= t for i in neg)), 0.99))
 
     model = _fit([scored[i][3] for i in soft], [float(scored[i][1]) for i in soft],  # type: ignore[misc]
                  [scored[i][4] for i in soft], l2)

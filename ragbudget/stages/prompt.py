@@ -119,19 +119,16 @@ def doc_header(n: int, s: Scored) -> str:
     return f"[{n}] {name}" if name else f"[{n}]"
 
 
-_BARE_HEADER = re.compile(r"\[\d+\]")
-
-
-def _document(header: str, text: str) -> str:
-    """A header with a name on its own line; a bare ``[n]`` opens the text's first line (one token less)."""
-    return f"{header} {text.lstrip()}" if _BARE_HEADER.fullmatch(header) else f"{header}\n{text}"
-
-
 def render_documents(context: Sequence[Scored]) -> str:
     """The fenced, numbered documents block (or the no-documents notice)."""
     if not context:
         return f"<documents>\n{NO_DOCUMENTS}\n</documents>"
-    body = PART_SEP.join(_document(doc_header(i, s), neutralise(s.chunk.text)) for i, s in enumerate(context, 1))
+    parts = []
+    for i, s in enumerate(context, 1):
+        header, text = doc_header(i, s), neutralise(s.chunk.text)
+        # a header with a name has its own line; a bare "[n]" opens the text's first line (one token less)
+        parts.append(f"{header} {text.lstrip()}" if header == f"[{i}]" else f"{header}\n{text}")
+    body = PART_SEP.join(parts)
     return f"<documents>\n{body}\n</documents>"
 
 
